@@ -1,0 +1,43 @@
+"""hpcfutures: an HPC allocation as a ``concurrent.futures`` Executor.
+
+>>> import hpcfutures
+>>> with hpcfutures.Executor() as ex:      # doctest: +SKIP
+...     results = list(ex.map(simulate, range(1000)))
+
+The same script runs on a laptop (local worker processes), under
+``hpcfutures run -n 4``, ``srun`` or ``mpiexec``: each process negotiates a role
+and only the client gets past ``__enter__``.
+"""
+
+from ._errors import (
+    BrokenHPCExecutor,
+    ConfigurationError,
+    HPCFuturesError,
+    LauncherError,
+    NotEnoughRanksError,
+    RemoteTraceback,
+    SchedulerFileError,
+    StartupTimeoutError,
+)
+from ._executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
+from .launchers import AddressExchange, Launcher, SchedulerInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AddressExchange",
+    "BrokenHPCExecutor",
+    "ConfigurationError",
+    "Executor",
+    "HPCFuturesError",
+    "Launcher",
+    "LauncherError",
+    "LocalExecutor",
+    "MPIExecutor",
+    "NotEnoughRanksError",
+    "RemoteTraceback",
+    "SchedulerFileError",
+    "SchedulerInfo",
+    "SlurmExecutor",
+    "StartupTimeoutError",
+]

@@ -1,0 +1,248 @@
+"""The bridge between ``concurrent.futures`` futures and Dask futures.
+
+Data flow (client process)::
+
+    user thread                        loop thread (one asyncio loop)
+    ───────────                        ──────────────────────────────
+    submit() ─ append to _queue ─────> _flush(): client.submit(...) per item
+                                          │   (sent in batches over Dask's
+                                          │    batched stream: no round trip)
+                                       _watch(): await completion (streamed
+                                          │   by the scheduler, no round trip)
+                                       _gather_ready(): one gather per batch
+    TaskFuture.result() <── set_result ───┘
+
+A :class:`TaskFuture` is a real :class:`concurrent.futures.Future`; it keeps its
+Dask future so that passing it to another ``submit`` makes a dependency that
+Dask resolves worker to worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures as cf
+import itertools
+import logging
+import threading
+import uuid
+from typing import Any, Callable
+
+from ._errors import BrokenHPCExecutor
+from ._loop import LoopThread
+from ._remote import restore_traceback, run_task
+
+__all__ = ["TaskBridge", "TaskFuture"]
+
+logger = logging.getLogger("hpcfutures")
+
+
+class TaskFuture(cf.Future):
+    """A ``concurrent.futures.Future`` for a task of an hpcfutures executor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dask: Any = None
+        self._bridge: TaskBridge | None = None
+
+
+def _settle(future: cf.Future, result: Any = None, exception: BaseException | None = None) -> None:
+    """Complete ``future`` unless the user cancelled it (or it is already done)."""
+    try:
+        if not future.set_running_or_notify_cancel():
+            return
+    except RuntimeError:  # already finished (e.g. failed by a broken executor)
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)
+
+
+class TaskBridge:
+    """Submits tasks to Dask from any thread and settles their futures."""
+
+    def __init__(self, loop: LoopThread, client: Any, address: str) -> None:
+        self._loop = loop
+        self._client = client
+        self._address = address
+        self._lock = threading.Lock()
+        self._queue: collections.deque = collections.deque()
+        self._flush_scheduled = False
+        self._outstanding: set[TaskFuture] = set()
+        self._ready: list[tuple[Any, TaskFuture]] = []
+        self._gathering = False
+        self._broken: BrokenHPCExecutor | None = None
+        self._closing = False
+        self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
+        self._counter = itertools.count()
+
+    # ------------------------------------------------------------ user thread
+    def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
+               runner: Callable[..., Any] = run_task) -> TaskFuture:
+        future = TaskFuture()
+        future._bridge = self
+        with self._lock:
+            if self._broken is not None:
+                raise self._broken
+            self._outstanding.add(future)
+            self._queue.append((future, runner, fn, args, kwargs))
+            schedule = not self._flush_scheduled
+            self._flush_scheduled = True
+        future.add_done_callback(self._on_done)
+        if schedule:
+            self._loop.call_soon(self._flush)
+        return future
+
+    def outstanding(self) -> list[TaskFuture]:
+        with self._lock:
+            return list(self._outstanding)
+
+    def cancel_all(self) -> None:
+        for future in self.outstanding():
+            future.cancel()
+
+    def _on_done(self, future: TaskFuture) -> None:
+        with self._lock:
+            self._outstanding.discard(future)
+        if future.cancelled() and future._dask is not None:
+            self._loop.call_soon(self._release, future)
+
+    # ------------------------------------------------------------ loop thread
+    def _release(self, future: TaskFuture) -> None:
+        dask_future, future._dask = future._dask, None
+        if dask_future is not None and not self._closing:
+            asyncio.ensure_future(self._client.cancel([dask_future]))
+
+    def _flush(self) -> None:
+        with self._lock:
+            items = list(self._queue)
+            self._queue.clear()
+            self._flush_scheduled = False
+        for future, runner, fn, args, kwargs in items:
+            if future.done():
+                continue
+            try:
+                args, kwargs = _as_dependencies(args), _as_dependencies(kwargs)
+                key = f"{self._prefix}{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
+                dask_future = self._client.submit(runner, fn, args, kwargs, key=key, pure=False)
+            except Exception as err:
+                _settle(future, exception=_submission_error(fn, err))
+                continue
+            future._dask = dask_future
+            asyncio.ensure_future(self._watch(dask_future, future))
+
+    async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
+        exception = await dask_future.exception()
+        status = dask_future.status
+        if status == "finished":
+            self._ready.append((dask_future, future))
+            if not self._gathering:
+                self._gathering = True
+                asyncio.ensure_future(self._gather_ready())
+        elif status == "error":
+            _settle(future, exception=restore_traceback(exception))
+        elif not future.done() and not self._closing:
+            self.break_executor(
+                f"the connection to the scheduler at {self._address} was lost "
+                "(the scheduler's process probably died; see its output)"
+            )
+
+    async def _gather_ready(self) -> None:
+        """Fetch finished results in batches: one round trip for many tasks."""
+        try:
+            while self._ready:
+                batch, self._ready = self._ready, []
+                wanted = [(d, f) for d, f in batch if not f.done()]
+                if not wanted:
+                    continue
+                try:
+                    values = await self._client.gather([d for d, _ in wanted])
+                except Exception:
+                    values = None
+                if values is None:
+                    await self._gather_one_by_one(wanted)
+                    continue
+                for (_, future), value in zip(wanted, values):
+                    _settle(future, result=value)
+        finally:
+            self._gathering = False
+
+    async def _gather_one_by_one(self, batch: list[tuple[Any, TaskFuture]]) -> None:
+        for dask_future, future in batch:
+            try:
+                value = await self._client.gather(dask_future)
+            except Exception as err:
+                _settle(future, exception=restore_traceback(err))
+            else:
+                _settle(future, result=value)
+
+    # ------------------------------------------------------------ any thread
+    def break_executor(self, reason: str) -> None:
+        """Fail every outstanding future: the executor can no longer run tasks."""
+        with self._lock:
+            if self._broken is None:
+                self._broken = BrokenHPCExecutor(f"hpcfutures executor is broken: {reason}")
+            broken = self._broken
+            victims = list(self._outstanding)
+        logger.error("%s", broken)
+        for future in victims:
+            _settle(future, exception=broken)
+
+    @property
+    def broken(self) -> BrokenHPCExecutor | None:
+        return self._broken
+
+    def closing(self) -> None:
+        """From now on, lost Dask futures are part of shutting down, not a failure."""
+        self._closing = True
+
+
+def _as_dependencies(value: Any) -> Any:
+    """Replace this executor's futures in arguments by their Dask futures.
+
+    Looks at the arguments themselves and one level into lists, tuples and
+    dicts, which covers ``submit(f, fut)`` and ``submit(f, [fut1, fut2])``.
+    """
+    if isinstance(value, TaskFuture):
+        if value._dask is None:
+            if value.cancelled():
+                raise cf.CancelledError("a future passed as an argument was cancelled")
+            if value.done():
+                return value.result()
+            raise RuntimeError("a future passed as an argument was never submitted")
+        return value._dask
+    if isinstance(value, tuple):
+        if any(isinstance(v, (TaskFuture, list, tuple, dict)) for v in value):
+            return tuple(_one_level(v) for v in value)
+        return value
+    if isinstance(value, dict):
+        return {k: _one_level(v) for k, v in value.items()}
+    return value
+
+
+def _one_level(value: Any) -> Any:
+    if isinstance(value, TaskFuture):
+        return _as_dependencies(value)
+    if isinstance(value, list) and any(isinstance(v, TaskFuture) for v in value):
+        return [_as_dependencies(v) if isinstance(v, TaskFuture) else v for v in value]
+    if isinstance(value, tuple) and any(isinstance(v, TaskFuture) for v in value):
+        return tuple(_as_dependencies(v) if isinstance(v, TaskFuture) else v for v in value)
+    if isinstance(value, dict) and any(isinstance(v, TaskFuture) for v in value.values()):
+        return {k: _as_dependencies(v) if isinstance(v, TaskFuture) else v
+                for k, v in value.items()}
+    return value
+
+
+def _submission_error(fn: Callable[..., Any], err: Exception) -> Exception:
+    """Explain why a task could not even be sent (usually: it cannot be pickled)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if isinstance(err, (cf.CancelledError, RuntimeError)) and "argument" in str(err):
+        return err
+    wrapped = TypeError(
+        f"could not send task {name!r} to the cluster: {type(err).__name__}: {err}. "
+        "The function and its arguments must be picklable with cloudpickle (no open "
+        "files, locks, sockets or generators)"
+    )
+    wrapped.__cause__ = err
+    return wrapped

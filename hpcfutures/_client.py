@@ -1,0 +1,161 @@
+"""The client's side of a launch: connect, hand out a TaskBridge, end the launch.
+
+Runs on the client's loop thread; the user's thread only calls :meth:`start`
+and :meth:`finish`.  In the laptop default (and with ``scheduler_in_client``)
+the scheduler lives on the same loop thread, and on the laptop the workers are
+child processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from typing import Any
+
+from ._bridge import TaskBridge
+from ._config import Settings
+from ._errors import StartupTimeoutError
+from ._loop import LoopThread
+from ._roles import Role
+from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler
+from .launchers import SchedulerInfo
+from .launchers.embedded import available_cores
+
+__all__ = ["ClientSide"]
+
+logger = logging.getLogger("hpcfutures")
+
+#: Seconds the client gives the launch to wind down before giving up on it.
+SHUTDOWN_GRACE = 10.0
+
+
+class ClientSide:
+    """Everything the client process owns while the executor is open."""
+
+    def __init__(self, settings: Settings, plan: Plan) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.loop: LoopThread | None = None
+        self.client: Any = None
+        self.service: Any = None
+        self.info: SchedulerInfo | None = None
+        self.local_workers: Any = None
+        self.bridge: TaskBridge | None = None
+        self._previous_sigterm: Any = None
+
+    def start(self) -> TaskBridge:
+        from . import _dask
+
+        self.loop = LoopThread()
+        try:
+            address = self._scheduler_address(_dask)
+            self.plan.launcher.before_client(self.plan.identity)
+            timeout = self.settings.timeout
+            self.client = self._run(_dask.connect_client(address, timeout),
+                                    timeout, f"connecting to the scheduler at {address}")
+            if self.plan.role is Role.STANDALONE:
+                self._start_local_workers(address)
+            self._run(_dask.wait_for_workers(self.client, timeout), timeout,
+                      f"the first worker to join the scheduler at {address}")
+        except BaseException:
+            self._teardown(_dask.EXIT_FAILED)
+            raise
+        self.bridge = TaskBridge(self.loop, self.client, address)
+        self._catch_sigterm()
+        return self.bridge
+
+    def _scheduler_address(self, _dask) -> str:
+        plan = self.plan
+        timeout = plan.launcher.lookup_timeout(plan.identity)
+        if plan.role is Role.STANDALONE or self.settings.scheduler_in_client:
+            host, interface = bind_address(self.settings, plan.identity)
+            plan.launcher.before_scheduler(plan.identity)
+            self.service = self._run(
+                _dask.SchedulerService(host=host, interface=interface).start(),
+                self.settings.timeout, "starting the scheduler")
+            if plan.exchange is not None:
+                self.info = SchedulerInfo(address=self.service.address,
+                                          launch_id=plan.identity.launch_id)
+                plan.exchange.publish(self.info)
+            return self.service.address
+        info = self._run(find_scheduler(_dask, plan.exchange, timeout),
+                         timeout + PROBE_TIMEOUT + 1, plan.exchange.description)
+        return info.address
+
+    def _start_local_workers(self, address: str) -> None:
+        from ._localworkers import LocalWorkers
+
+        host, interface = bind_address(self.settings, self.plan.identity)
+        count = self.settings.max_workers or available_cores()
+        self.local_workers = LocalWorkers(count, {
+            "address": address,
+            "nthreads": self.settings.threads_per_worker or 1,
+            "memory_limit": self.settings.memory_limit,
+            "host": host,
+            "interface": interface,
+            "timeout": self.settings.timeout,
+        }).start()
+
+    def _run(self, coro, timeout: float, what: str):
+        assert self.loop is not None
+        try:
+            return self.loop.run_sync(coro, timeout)
+        except TimeoutError as err:
+            if isinstance(err, StartupTimeoutError):
+                raise
+            raise StartupTimeoutError(
+                f"rank {self.plan.identity.rank} (client) waited {timeout:g} s for {what}; "
+                "check the other ranks' output, or raise the deadline with timeout= / "
+                "HPCFUTURES_TIMEOUT"
+            ) from None
+
+    # ------------------------------------------------------------------ signals
+    def _catch_sigterm(self) -> None:
+        """Turn SIGTERM (scancel, time limit) into a clean exit through ``__exit__``."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the user has their own handler
+        self._previous_sigterm = signal.SIG_DFL
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, status: int) -> None:
+        """Tell the scheduler (and so every rank) the status, then clean up."""
+        if self.bridge is not None:
+            self.bridge.closing()
+        self._teardown(status)
+        self.plan.launcher.client_finished(self.plan.identity, status)
+
+    def _teardown(self, status: int) -> None:
+        from . import _dask
+
+        self._restore_sigterm()
+        loop = self.loop
+        if loop is None:
+            return
+        with contextlib.suppress(Exception):
+            if self.client is not None:
+                loop.run_sync(_dask.finish_client(self.client, status), SHUTDOWN_GRACE * 2)
+        with contextlib.suppress(Exception):
+            if self.service is not None:
+                loop.run_sync(self.service.close(), SHUTDOWN_GRACE)
+        if self.info is not None and self.plan.exchange is not None:
+            with contextlib.suppress(Exception):
+                self.plan.exchange.finish(self.info)
+        if self.local_workers is not None:
+            self.local_workers.stop(SHUTDOWN_GRACE)
+        loop.stop()
+        self.loop = None
+
+
+def _raise_system_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)

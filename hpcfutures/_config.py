@@ -1,0 +1,158 @@
+"""Settings, resolved once: keyword argument > ``HPCFUTURES_*`` variable > Dask config > default.
+
+The result is a frozen :class:`Settings`; nothing else in the library reads the
+environment for these options, so ``hpcfutures info`` can show each value and
+where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from ._errors import ConfigurationError
+
+__all__ = ["Settings", "resolve_settings", "SETTINGS_DOC"]
+
+ENV_PREFIX = "HPCFUTURES_"
+
+
+def _to_bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false, yes/no), got {text!r}")
+
+
+def _to_positive_float(text: Any) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError(f"must be greater than 0, got {text!r}")
+    return value
+
+
+def _to_positive_int(text: Any) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"must be greater than 0, got {text!r}")
+    return value
+
+
+def _to_optional_str(text: Any) -> str | None:
+    return None if text in (None, "") else str(text)
+
+
+def _to_memory(text: Any) -> str | int | None:
+    if text in (None, "", 0, "0"):
+        return None
+    if isinstance(text, int):
+        return text
+    return str(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    name: str
+    default: Any
+    convert: Callable[[Any], Any]
+    doc: str
+
+
+_OPTIONS = (
+    _Option("launcher", None, _to_optional_str,
+            "Force a launcher plug-in by name (local, slurm, mpi, embedded); default: detect."),
+    _Option("max_workers", None, _to_positive_int,
+            "Worker processes started on the laptop default (default: one per core)."),
+    _Option("timeout", 60.0, _to_positive_float,
+            "Seconds any start-up wait may take before a StartupTimeoutError."),
+    _Option("scheduler_file", None, _to_optional_str,
+            "Path (template: {launch_id}, {job_id}, {user}) of the scheduler file."),
+    _Option("host", None, _to_optional_str,
+            "Address the scheduler and workers bind to (default: loopback on one host)."),
+    _Option("interface", None, _to_optional_str,
+            "Network interface to bind to, e.g. ib0 (alternative to host)."),
+    _Option("threads_per_worker", None, _to_positive_int,
+            "Threads in each Dask worker (default: 1, or the launcher's CPUs per task)."),
+    _Option("memory_limit", None, _to_memory,
+            "Memory limit per worker, e.g. '4GiB' (default: the launcher's, else none)."),
+    _Option("scheduler_in_client", False, _to_bool,
+            "Run the scheduler inside the client process, so no rank is spent on it."),
+    _Option("exit_when_done", True, _to_bool,
+            "Non-client ranks exit the process when the client is done; if false, "
+            "__enter__ returns None on them instead."),
+)
+
+SETTINGS_DOC = {option.name: option.doc for option in _OPTIONS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every option, resolved; ``sources`` says where each value came from."""
+
+    launcher: str | None
+    max_workers: int | None
+    timeout: float
+    scheduler_file: str | None
+    host: str | None
+    interface: str | None
+    threads_per_worker: int | None
+    memory_limit: str | int | None
+    scheduler_in_client: bool
+    exit_when_done: bool
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+
+def _dask_config() -> Mapping[str, Any]:
+    """The ``hpcfutures:`` section of the user's Dask YAML, if dask can be imported."""
+    try:
+        import dask.config
+    except ImportError:  # pragma: no cover - dask is a hard dependency
+        return {}
+    section = dask.config.get("hpcfutures", default={}) or {}
+    return {key.replace("-", "_"): value for key, value in section.items()}
+
+
+def resolve_settings(
+    explicit: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    dask_config: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Resolve every option once, in the documented order of precedence.
+
+    ``explicit`` holds keyword arguments (``None`` means "not given").
+    Raises :class:`ConfigurationError` naming the option and its source when a
+    value cannot be converted.
+    """
+    explicit = {k: v for k, v in (explicit or {}).items() if v is not None}
+    unknown = set(explicit) - set(SETTINGS_DOC)
+    if unknown:
+        raise ConfigurationError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    environ = os.environ if environ is None else environ
+    dask_config = _dask_config() if dask_config is None else dask_config
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for option in _OPTIONS:
+        env_name = ENV_PREFIX + option.name.upper()
+        if option.name in explicit:
+            raw, source = explicit[option.name], "keyword argument"
+        elif environ.get(env_name, "") != "":
+            raw, source = environ[env_name], f"environment variable {env_name}"
+        elif dask_config.get(option.name) is not None:
+            raw, source = dask_config[option.name], f"dask config hpcfutures.{option.name}"
+        else:
+            values[option.name], sources[option.name] = option.default, "default"
+            continue
+        try:
+            values[option.name] = None if raw is None else option.convert(raw)
+        except (TypeError, ValueError) as err:
+            raise ConfigurationError(
+                f"invalid value for {option.name!r} from {source}: {err}"
+            ) from err
+        sources[option.name] = source
+    return Settings(**values, sources=sources)

@@ -1,0 +1,228 @@
+"""The Dask lifecycle: start and stop the scheduler, a worker, the client.
+
+This is the only module that imports ``distributed``'s internals.  Everything
+here is a coroutine; the session runs it either with ``asyncio.run`` (the
+scheduler and worker ranks) or on the client's loop thread.
+
+How the end of a launch travels::
+
+    client ── hpcfutures_finish(status) ──> scheduler (Coordinator plugin)
+    scheduler ── {"op": hpcfutures-verdict} + {"op": close} ──> every worker
+    scheduler closes; each rank exits with the client's status
+
+If the client disappears without saying goodbye (killed, node lost), the
+Coordinator sees its connection drop and ends the launch with a failure status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from distributed import Client, Scheduler, Worker
+from distributed.comm import connect
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+__all__ = [
+    "EXIT_FAILED",
+    "SchedulerService",
+    "connect_client",
+    "finish_client",
+    "probe",
+    "run_worker",
+    "wait_for_workers",
+]
+
+logger = logging.getLogger("hpcfutures")
+
+VERDICT_OP = "hpcfutures-verdict"
+#: Exit status of the other ranks when the client failed or vanished.
+EXIT_FAILED = 1
+
+
+class Coordinator(SchedulerPlugin):
+    """Scheduler plug-in that knows when the launch is over, and how it ended."""
+
+    name = "hpcfutures-coordinator"
+
+    def __init__(self) -> None:
+        self.verdict: int | None = None
+        self.requested: int | None = None
+        self.reason = ""
+        self.client_id: str | None = None
+        self.client_seen = asyncio.Event()
+        self.done = asyncio.Event()
+        self.scheduler: Scheduler | None = None
+
+    async def start(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.handlers["hpcfutures_register"] = self._register
+        scheduler.handlers["hpcfutures_finish"] = self._finish
+
+    def _register(self, client: str) -> str:
+        self.client_id = client
+        self.client_seen.set()
+        return "ok"
+
+    def _finish(self, status: int) -> str:
+        # The launch ends when the client disconnects right after this call:
+        # by then the scheduler has released the client's keys, so closing the
+        # workers loses nothing anyone still wants.
+        self.requested = int(status)
+        return "ok"
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        if client != self.client_id:
+            return
+        if self.requested is None:
+            self.end(EXIT_FAILED, "the client's connection was lost before it finished")
+        elif self.requested == 0:
+            self.end(0, "the client finished")
+        else:
+            self.end(self.requested, f"the client failed (exit status {self.requested})")
+
+    def end(self, status: int, reason: str) -> None:
+        """Record the verdict once and pass it to every connected worker."""
+        if self.verdict is not None:
+            return
+        self.verdict, self.reason = status, reason
+        if status != 0:
+            logger.warning("ending the launch with status %d: %s", status, reason)
+        assert self.scheduler is not None
+        for stream in list(self.scheduler.stream_comms.values()):
+            with contextlib.suppress(Exception):
+                stream.send({"op": VERDICT_OP, "status": status})
+        self.done.set()
+
+
+class SchedulerService:
+    """A Dask scheduler in this process, with the coordinator attached."""
+
+    def __init__(self, *, host: str | None, interface: str | None,
+                 security: Any = None, http_address: str = "127.0.0.1:0") -> None:
+        self.coordinator = Coordinator()
+        self._options = dict(
+            host=host,
+            interface=interface,
+            port=0,
+            dashboard=False,
+            # Dask always serves some HTTP routes (health, metrics); keep them
+            # on loopback and off the fixed port 8787 that another launch may hold.
+            dashboard_address=http_address,
+            plugins=[self.coordinator],
+            security=security,
+            validate=False,
+        )
+        self._scheduler: Scheduler | None = None
+
+    @property
+    def address(self) -> str:
+        assert self._scheduler is not None
+        return self._scheduler.address
+
+    async def start(self) -> SchedulerService:
+        """Start the scheduler on the running event loop (Dask binds it to that loop)."""
+        self._scheduler = await Scheduler(**self._options)
+        return self
+
+    async def serve(self, client_timeout: float) -> int:
+        """Serve until the client says it is done; return the launch's exit status."""
+        try:
+            await asyncio.wait_for(self.coordinator.client_seen.wait(), client_timeout)
+        except asyncio.TimeoutError:
+            self.coordinator.end(
+                EXIT_FAILED,
+                f"no client connected within {client_timeout:g} s; the client rank "
+                "probably failed before creating its Executor (see its output)",
+            )
+        await self.coordinator.done.wait()
+        return self.coordinator.verdict if self.coordinator.verdict is not None else EXIT_FAILED
+
+    async def close(self) -> None:
+        if self._scheduler is not None:
+            await self._scheduler.close(reason="hpcfutures: launch finished")
+
+
+async def run_worker(address: str, *, name: str, nthreads: int,
+                     memory_limit: str | int | None, host: str | None,
+                     interface: str | None, timeout: float, security: Any = None,
+                     resources: dict[str, float] | None = None,
+                     stop: asyncio.Event | None = None) -> int | None:
+    """Run a Dask worker in this process until the scheduler closes it.
+
+    Returns the client's verdict as passed on by the scheduler, or None if the
+    worker ended without one (the scheduler vanished, or ``stop`` was set by a
+    signal handler).
+    """
+    verdict: dict[str, int] = {}
+    worker = Worker(
+        address,
+        name=name,
+        nthreads=nthreads,
+        memory_limit=memory_limit or 0,
+        host=host,
+        interface=interface,
+        dashboard=False,
+        death_timeout=timeout,
+        security=security,
+        resources=resources,
+        validate=False,
+    )
+    worker.stream_handlers[VERDICT_OP] = lambda status: verdict.setdefault("status", status)
+    try:
+        await worker
+    except Exception:
+        # The scheduler went away between lookup and registration.
+        logger.exception("worker %s could not join the scheduler at %s", name, address)
+        return None
+    if stop is None:
+        await worker.finished()
+    else:
+        finished = asyncio.ensure_future(worker.finished())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not finished.done():
+            await worker.close(reason="hpcfutures: stopped by a signal")
+            await finished
+    return verdict.get("status")
+
+
+async def probe(address: str, timeout: float, security: Any = None) -> bool:
+    """Whether anything answers at ``address`` (tells a live scheduler from a stale file)."""
+    args = security.get_connection_args("client") if security is not None else {}
+    try:
+        comm = await connect(address, timeout=timeout, **args)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    await comm.close()
+    return True
+
+
+async def connect_client(address: str, timeout: float, security: Any = None) -> Client:
+    """An asynchronous Dask client, registered with the coordinator as *the* client."""
+    client = await Client(
+        address,
+        asynchronous=True,
+        timeout=timeout,
+        set_as_default=False,
+        security=security,
+        direct_to_workers=False,
+    )
+    await client.scheduler.hpcfutures_register(client=client.id)
+    return client
+
+
+async def wait_for_workers(client: Client, timeout: float) -> None:
+    """Wait until at least one worker has joined, at most ``timeout`` s."""
+    await client.wait_for_workers(1, timeout=timeout)
+
+
+async def finish_client(client: Client, status: int) -> None:
+    """Tell the scheduler the launch is over, then close the client."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.scheduler.hpcfutures_finish(status=status), 10)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.close(), 10)

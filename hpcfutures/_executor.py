@@ -1,0 +1,235 @@
+"""The public executors: a ``concurrent.futures.Executor`` over an HPC launch.
+
+Creating an executor negotiates this process's role (see :mod:`._session`).
+Only the client process gets an executor it can use; on the other ranks the
+constructor serves as scheduler or worker until the client is done and then
+exits the process (or, with ``exit_when_done=False``, returns an executor
+whose ``__enter__`` gives ``None``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar
+
+from ._bridge import TaskBridge, TaskFuture
+from ._config import resolve_settings
+from ._remote import ChunkOutcome, restore_traceback, run_chunk
+from ._session import Session
+
+__all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
+
+
+def exit_status_for(exc: BaseException | None) -> int:
+    """The status the other ranks exit with when the client leaves with ``exc``."""
+    if exc is None:
+        return 0
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    return 1
+
+
+class Executor(cf.Executor):
+    """Run callables on the workers of an HPC launch, or on local processes.
+
+    Args:
+        max_workers: Worker processes on the laptop default (default: one per
+            core).  Under a launcher the number of workers is the number of
+            ranks minus the scheduler and the client.
+        launcher: Force a launcher plug-in (``"local"``, ``"slurm"``, ``"mpi"``,
+            ``"embedded"``); default: detect from the environment.
+        timeout: Seconds every start-up wait may take (default 60).
+        scheduler_file: Where the scheduler's address is exchanged; may use
+            ``{launch_id}``, ``{job_id}`` and ``{user}``.
+        host, interface: What the scheduler and workers bind to (default:
+            loopback when the whole launch is on one host).
+        threads_per_worker: Threads per Dask worker (default 1, or the
+            launcher's CPUs per task).
+        memory_limit: Memory limit per worker, e.g. ``"4GiB"``.
+        scheduler_in_client: Run the scheduler inside the client process.
+        exit_when_done: On non-client ranks, exit the process when the client
+            is done (default); if false, return and let ``__enter__`` give None.
+    """
+
+    _launcher_name: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *,
+        launcher: str | None = None,
+        timeout: float | None = None,
+        scheduler_file: str | None = None,
+        host: str | None = None,
+        interface: str | None = None,
+        threads_per_worker: int | None = None,
+        memory_limit: str | int | None = None,
+        scheduler_in_client: bool | None = None,
+        exit_when_done: bool | None = None,
+    ) -> None:
+        if max_workers is not None and max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        settings = resolve_settings({
+            "launcher": launcher or self._launcher_name,
+            "max_workers": max_workers,
+            "timeout": timeout,
+            "scheduler_file": scheduler_file,
+            "host": host,
+            "interface": interface,
+            "threads_per_worker": threads_per_worker,
+            "memory_limit": memory_limit,
+            "scheduler_in_client": scheduler_in_client,
+            "exit_when_done": exit_when_done,
+        })
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._session = Session(settings)
+        self._bridge: TaskBridge | None = self._session.start()
+
+    # ------------------------------------------------------------- properties
+    @property
+    def is_client(self) -> bool:
+        """True in the process that runs the user's code and submits tasks."""
+        return self._bridge is not None
+
+    @property
+    def role(self) -> str:
+        """This process's role: ``client``, ``scheduler``, ``worker`` or ``standalone``."""
+        return self._session.role.value
+
+    # ---------------------------------------------------------------- context
+    def __enter__(self) -> Executor | None:  # type: ignore[override]
+        return self if self.is_client else None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self._close(exit_status_for(exc), wait=True, cancel_futures=exc is not None)
+        return False
+
+    # --------------------------------------------------------------- contract
+    def _usable_bridge(self) -> TaskBridge:
+        if self._bridge is None:
+            raise RuntimeError(
+                f"this process is the {self.role} of the launch, not its client: only the "
+                "client rank can submit tasks"
+            )
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if self._bridge.broken is not None:
+            raise self._bridge.broken
+        return self._bridge
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> TaskFuture:
+        """Schedule ``fn(*args, **kwargs)`` on a worker; return its future."""
+        with self._lock:
+            bridge = self._usable_bridge()
+            _refuse_foreign_futures(args, kwargs)
+            return bridge.submit(fn, args, kwargs)
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
+        """Like :func:`map`, run on the workers; results come back in order.
+
+        All items are submitted at once; ``chunksize`` groups items into one
+        task each.  The iterator raises ``TimeoutError`` if a result is not
+        ready ``timeout`` s after the call, and an item's exception at its
+        position.
+        """
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        end_time = None if timeout is None else timeout + time.monotonic()
+        items = zip(*iterables)
+        with self._lock:
+            bridge = self._usable_bridge()
+            if chunksize == 1:
+                futures = [bridge.submit(fn, args, {}) for args in items]
+            else:
+                futures = [bridge.submit(fn, (chunk,), {}, runner=_chunk_runner)
+                           for chunk in _chunks(items, chunksize)]
+        return _results_in_order(futures, end_time, chunked=chunksize > 1)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Finish the launch: every other rank stops once pending work is done."""
+        self._close(0, wait=wait, cancel_futures=cancel_futures)
+
+    def _close(self, status: int, *, wait: bool, cancel_futures: bool) -> None:
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+        bridge = self._bridge
+        if bridge is None:
+            return
+        if cancel_futures:
+            bridge.cancel_all()
+        if wait:
+            cf.wait(bridge.outstanding())
+        self._session.finish(status)
+
+
+def _chunk_runner(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOutcome:
+    (chunk,) = args
+    return run_chunk(fn, chunk)
+
+
+def _chunks(items: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+def _results_in_order(futures: list[TaskFuture], end_time: float | None,
+                      chunked: bool) -> Iterator[Any]:
+    """Yield results in submission order without keeping the ones yielded."""
+    futures.reverse()
+    try:
+        while futures:
+            future = futures.pop()
+            remaining = None if end_time is None else end_time - time.monotonic()
+            try:
+                value = future.result(remaining)
+            except BaseException:
+                future.cancel()
+                raise
+            del future
+            if not chunked:
+                yield value
+                continue
+            yield from value.values
+            if value.error is not None:
+                raise restore_traceback(value.error)
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def _refuse_foreign_futures(args: tuple, kwargs: dict) -> None:
+    for value in itertools.chain(args, kwargs.values()):
+        if isinstance(value, cf.Future) and not isinstance(value, TaskFuture):
+            raise TypeError(
+                "a concurrent.futures.Future from another executor cannot be sent to the "
+                "cluster; pass its .result() instead"
+            )
+
+
+class LocalExecutor(Executor):
+    """The laptop default, forced: local worker processes, whatever the environment."""
+
+    _launcher_name = "embedded"
+
+
+class SlurmExecutor(Executor):
+    """An executor whose roles come from Slurm (``srun``, ``sbatch``, job arrays)."""
+
+    _launcher_name = "slurm"
+
+
+class MPIExecutor(Executor):
+    """An executor whose roles come from MPI's ``COMM_WORLD`` (``mpiexec``)."""
+
+    _launcher_name = "mpi"

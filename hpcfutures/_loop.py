@@ -1,0 +1,76 @@
+"""The one seam between the user's synchronous code and the asyncio core.
+
+The client keeps a single event loop in a daemon thread; everything Dask does
+on the client runs there.  Synchronous code reaches it only through
+:meth:`LoopThread.run_sync` (wait for a coroutine, with a deadline) and
+:meth:`LoopThread.call_soon` (fire and forget).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio event loop running in its own daemon thread."""
+
+    def __init__(self, name: str = "hpcfutures-loop") -> None:
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Run ``coro`` on the loop and wait for its result, at most ``timeout`` s.
+
+        On expiry the coroutine is cancelled and :class:`TimeoutError` raised;
+        callers turn it into an error that names what was awaited.
+        """
+        if self.in_loop_thread():
+            raise RuntimeError("run_sync called from the event-loop thread (would deadlock)")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout} s") from None
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the loop from any thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and join its thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if not self.in_loop_thread():
+            self._thread.join(timeout)

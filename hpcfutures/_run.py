@@ -1,0 +1,130 @@
+"""``hpcfutures run``: a local launcher that behaves like ``srun -n N``.
+
+It starts N copies of a command, each told its rank, the world size and a
+launch id through ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
+``HPCFUTURES_LAUNCH_ID``; forwards SIGINT/SIGTERM to every copy; and once the
+client copy has exited gives the others a grace period before ending them.
+Its exit status is the client's, or the first failure of another copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+from ._config import _to_bool
+from ._roles import client_rank, minimum_size
+from .launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR
+
+__all__ = ["run"]
+
+#: Seconds between SIGTERM and SIGKILL for a copy that ignores SIGTERM.
+KILL_AFTER = 5.0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Ask Linux to send SIGTERM to this child if ``hpcfutures run`` dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    os.setpgrp()  # Ctrl-C reaches the copies once, through us
+
+
+def _client_rank(size: int, environ: Mapping[str, str]) -> int:
+    colocated = _to_bool(environ.get("HPCFUTURES_SCHEDULER_IN_CLIENT", "0") or "0")
+    if size < minimum_size(False):
+        colocated = True
+    return client_rank(colocated)
+
+
+def run(size: int, command: Sequence[str], *, grace: float = 10.0,
+        environ: Mapping[str, str] | None = None) -> int:
+    """Run ``size`` copies of ``command``; return the launch's exit status."""
+    if size < 1:
+        raise ValueError("the number of copies (-n) must be at least 1")
+    if not command:
+        raise ValueError("no command given to run")
+    environ = dict(os.environ if environ is None else environ)
+    launch_id = secrets.token_hex(6)
+    processes = []
+    for rank in range(size):
+        env = {**environ, RANK_VAR: str(rank), SIZE_VAR: str(size), LAUNCH_ID_VAR: launch_id}
+        try:
+            processes.append(subprocess.Popen(list(command), env=env,
+                                              preexec_fn=_die_with_parent))
+        except OSError as err:
+            for process in processes:
+                process.kill()
+            print(f"hpcfutures run: cannot start {command[0]!r}: {err}", file=sys.stderr)
+            return 127
+    return _supervise(processes, _client_rank(size, environ), grace)
+
+
+def _supervise(processes: list[subprocess.Popen], client: int, grace: float) -> int:
+    def forward(signum: int, frame: object) -> None:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _wait_all(processes, client, grace)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _wait_all(processes: list[subprocess.Popen], client: int, grace: float) -> int:
+    changed = threading.Event()
+
+    def reap(process: subprocess.Popen) -> None:
+        process.wait()
+        changed.set()
+
+    for process in processes:
+        threading.Thread(target=reap, args=(process,), daemon=True).start()
+    grace_ends = kill_at = None
+    while True:
+        changed.clear()
+        codes = [process.poll() for process in processes]
+        if all(code is not None for code in codes):
+            break
+        now = time.monotonic()
+        if grace_ends is None and codes[client] is not None:
+            grace_ends = now + grace
+        if grace_ends is not None and kill_at is None and now >= grace_ends:
+            stragglers = [r for r, code in enumerate(codes) if code is None]
+            print(f"hpcfutures run: rank(s) {stragglers} still running {grace:g} s after the "
+                  "client finished; terminating them", file=sys.stderr)
+            for rank in stragglers:
+                processes[rank].terminate()
+            kill_at = now + KILL_AFTER
+        elif kill_at is not None and now >= kill_at:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+        next_deadline = kill_at or grace_ends
+        changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
+    return _launch_status([process.returncode for process in processes], client)
+
+
+def _launch_status(codes: list[int], client: int) -> int:
+    """The client's status, else the first other failure (signals as 128+N)."""
+    def normal(code: int) -> int:
+        return 128 - code if code < 0 else code
+
+    if codes[client] != 0:
+        return normal(codes[client])
+    for code in codes:
+        if code != 0:
+            return normal(code)
+    return 0

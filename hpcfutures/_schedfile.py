@@ -1,0 +1,182 @@
+"""Address exchange through a private scheduler file.
+
+The scheduler writes its :class:`SchedulerInfo` as JSON, atomically (temporary
+file + rename) and with mode 0600, because with TLS the file carries the
+launch's credentials.  Readers trust a file only if it is theirs, private, and
+stamped with their own launch id; one whose scheduler is known to be dead, or
+that the caller already failed to reach, is skipped while waiting for a fresh one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+
+from ._errors import ConfigurationError, LaunchFinished, SchedulerFileError, StartupTimeoutError
+from .launchers._base import AddressExchange, SchedulerInfo
+
+__all__ = ["SchedulerFileExchange", "default_scheduler_file", "Backoff"]
+
+logger = logging.getLogger("hpcfutures")
+
+DEFAULT_TEMPLATE = "~/.hpcfutures/scheduler-{launch_id}.json"
+
+
+class Backoff:
+    """Capped exponential back-off for the few waits that must poll."""
+
+    def __init__(self, first: float = 0.005, cap: float = 0.25) -> None:
+        self.delay, self.cap = first, cap
+
+    def sleep(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self.delay, deadline - time.monotonic())))
+        self.delay = min(self.delay * 2, self.cap)
+
+
+def default_scheduler_file(template: str | None, fields: dict[str, str]) -> Path:
+    """Expand the scheduler-file template with the launch's fields."""
+    template = template or DEFAULT_TEMPLATE
+    try:
+        text = template.format(**fields)
+    except (KeyError, IndexError, ValueError) as err:
+        raise ConfigurationError(
+            f"scheduler_file template {template!r} uses an unknown field {err}; "
+            f"available: {', '.join('{' + k + '}' for k in sorted(fields))}"
+        ) from err
+    return Path(os.path.expandvars(os.path.expanduser(text)))
+
+
+class SchedulerFileExchange(AddressExchange):
+    """Publish and find the scheduler through a 0600 JSON file."""
+
+    def __init__(self, path: Path, launch_id: str, rank: int, tombstone: bool = False) -> None:
+        self.path = Path(path)
+        self.launch_id = launch_id
+        self.rank = rank
+        #: Leave a "finished" marker instead of deleting the file, so processes
+        #: that start after the end (late job-array elements) exit at once.
+        self.tombstone = tombstone
+        self.description = f"scheduler file {self.path}"
+
+    @classmethod
+    def for_launch(cls, settings, identity, tombstone: bool = False) -> SchedulerFileExchange:
+        fields = {"launch_id": identity.launch_id, "user": _user(), **identity.fields}
+        path = default_scheduler_file(settings.scheduler_file, fields)
+        return cls(path, identity.launch_id, identity.rank, tombstone=tombstone)
+
+    # ---------------------------------------------------------------- publish
+    def publish(self, info: SchedulerInfo) -> None:
+        _write_private(self.path, info.to_json())
+
+    def finish(self, info: SchedulerInfo) -> None:
+        current = self._read_quietly()
+        if current is not None and current.nonce != info.nonce:
+            return  # someone else's scheduler now owns the file
+        if self.tombstone:
+            done = SchedulerInfo(address="", launch_id=info.launch_id, nonce=info.nonce,
+                                 finished=True)
+            _write_private(self.path, done.to_json())
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    # ----------------------------------------------------------------- lookup
+    def lookup(self, timeout: float, stale: SchedulerInfo | None = None) -> SchedulerInfo:
+        deadline = time.monotonic() + timeout
+        backoff = Backoff()
+        reported: set[str] = set()
+        while True:
+            info = self._read_quietly()
+            if info is not None:
+                verdict = self._judge(info, stale)
+                if verdict is None:
+                    return info
+                if verdict not in reported:
+                    reported.add(verdict)
+                    logger.info("ignoring %s: %s; waiting for a fresh one", self.path, verdict)
+            if time.monotonic() >= deadline:
+                raise StartupTimeoutError(
+                    f"rank {self.rank} waited {timeout:g} s for the scheduler file {self.path} "
+                    f"(launch {self.launch_id}) and none usable appeared"
+                    + (f" ({'; '.join(sorted(reported))})" if reported else "")
+                    + ". Check the output of the scheduler's rank (rank 0) for an error, make "
+                    "sure the path is on a filesystem every rank sees, or raise the deadline "
+                    "with timeout= / HPCFUTURES_TIMEOUT."
+                )
+            backoff.sleep(deadline)
+
+    def _judge(self, info: SchedulerInfo, stale: SchedulerInfo | None) -> str | None:
+        """Why ``info`` cannot be used, or None if it can."""
+        if info.launch_id != self.launch_id:
+            return f"it belongs to launch {info.launch_id!r}, not {self.launch_id!r}"
+        if info.finished:
+            raise LaunchFinished(f"the launch {self.launch_id} has already finished")
+        if stale is not None and info.nonce == stale.nonce:
+            return f"its scheduler at {info.address} could not be reached"
+        if info.is_dead_locally():
+            return f"its scheduler process {info.pid} on this host is gone"
+        return None
+
+    def _read_quietly(self) -> SchedulerInfo | None:
+        """The file's content; None while it is absent or half-written."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        with os.fdopen(fd) as handle:
+            _check_private(self.path, os.fstat(handle.fileno()))
+            text = handle.read()
+        try:
+            return SchedulerInfo.from_json(text)
+        except (ValueError, TypeError) as err:
+            raise SchedulerFileError(
+                f"{self.path} is not a valid hpcfutures scheduler file ({err}); "
+                "remove it or choose another scheduler_file"
+            ) from err
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _check_private(path: Path, st: os.stat_result) -> None:
+    """Refuse a file another user owns or could have read: it may hold credentials."""
+    if st.st_uid != os.getuid():
+        raise SchedulerFileError(
+            f"refusing scheduler file {path}: it is owned by uid {st.st_uid}, not by you "
+            f"(uid {os.getuid()}); another user's scheduler must never run your tasks"
+        )
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SchedulerFileError(
+            f"refusing scheduler file {path}: its mode is {stat.filemode(st.st_mode)}, so other "
+            "users could read the scheduler's credentials. hpcfutures writes it 0600; remove "
+            "the file (or chmod 600 it) and start again"
+        )
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, readable by the owner only."""
+    directory = path.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = directory / f".{path.name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise

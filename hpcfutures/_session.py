@@ -1,0 +1,205 @@
+"""One process's part in a launch: negotiate a role, play it, end it.
+
+::
+
+    negotiate()  launcher plug-in -> Identity -> Role, AddressExchange
+    start()      SCHEDULER  serve until the client is done, exit(status)
+                 WORKER     find the scheduler, serve, exit(status)
+                 CLIENT     find the scheduler, connect, return a TaskBridge
+                 STANDALONE scheduler in a thread + local worker processes
+    finish()     (client) tell everyone the status, close, clean up
+
+Non-client ranks leave the process with the client's verdict so launchers
+return promptly and report failure truthfully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from ._config import Settings
+from ._errors import LaunchFinished, StartupTimeoutError
+from ._logs import quiet_dask_logging
+from ._roles import Identity, Role, assign_role
+from .launchers import AddressExchange, Launcher, SchedulerInfo, detect_launcher, get_launcher
+
+__all__ = ["Plan", "Session", "negotiate"]
+
+logger = logging.getLogger("hpcfutures")
+
+#: Seconds to wait for an answer when probing a published scheduler address.
+PROBE_TIMEOUT = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The outcome of negotiation: what this process will do, and why."""
+
+    launcher: Launcher
+    reason: str
+    identity: Identity
+    role: Role
+    exchange: AddressExchange | None
+
+
+def negotiate(settings: Settings, environ: Mapping[str, str] | None = None) -> Plan:
+    """Decide this process's launcher, identity and role; start nothing."""
+    environ = os.environ if environ is None else environ
+    if settings.launcher:
+        cls, reason = get_launcher(settings.launcher), f"launcher={settings.launcher!r} was asked for"
+    else:
+        cls, reason = detect_launcher(environ)
+    launcher = cls(settings, environ)
+    identity = launcher.identity()
+    role = assign_role(identity.rank, identity.size, settings.scheduler_in_client)
+    exchange = None if role is Role.STANDALONE else launcher.address_exchange(identity)
+    return Plan(launcher, reason, identity, role, exchange)
+
+
+def bind_address(settings: Settings, identity: Identity) -> tuple[str | None, str | None]:
+    """(host, interface) for the scheduler and workers: explicit, else loopback on one host."""
+    if settings.host or settings.interface:
+        return settings.host, settings.interface
+    if identity.single_host:
+        return "127.0.0.1", None
+    return None, None
+
+
+class Session:
+    """Plays this process's role in the launch."""
+
+    def __init__(self, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        self.environ = os.environ if environ is None else environ
+        self.role = Role.STANDALONE
+        self.exit_status: int | None = None
+        self._plan: Plan | None = None
+        self._client_side: Any = None
+
+    def start(self):
+        """Play the role; returns a TaskBridge in the client process, else None."""
+        from . import _dask  # noqa: F401  (configures Dask's logging on import)
+
+        quiet_dask_logging(self.environ)
+        plan = self._plan = negotiate(self.settings, self.environ)
+        self.role = plan.role
+        if plan.role in (Role.SCHEDULER, Role.WORKER):
+            status = self._serve(plan)
+            return self._leave(plan, status)
+        from ._client import ClientSide
+
+        self._client_side = ClientSide(self.settings, plan)
+        return self._client_side.start()
+
+    def finish(self, status: int) -> None:
+        """On the client: end the launch with ``status`` for the other ranks."""
+        if self._client_side is not None:
+            self._client_side.finish(status)
+            self._client_side = None
+
+    # ------------------------------------------------------------ non-client
+    def _serve(self, plan: Plan) -> int:
+        from . import _dask
+
+        host, interface = bind_address(self.settings, plan.identity)
+        timeout = plan.launcher.lookup_timeout(plan.identity)
+        if plan.role is Role.SCHEDULER:
+            plan.launcher.before_scheduler(plan.identity)
+            coro = _serve_scheduler(_dask, plan, host, interface, timeout)
+        else:
+            plan.launcher.before_worker(plan.identity)
+            coro = _serve_worker(_dask, self.settings, plan, host, interface, timeout)
+        try:
+            return asyncio.run(coro)
+        except LaunchFinished as done:
+            logger.info("rank %d: %s; nothing to do", plan.identity.rank, done)
+            return 0
+
+    def _leave(self, plan: Plan, status: int) -> None:
+        self.exit_status = status
+        if not self.settings.exit_when_done:
+            return None
+        plan.launcher.before_exit(plan.identity, status)
+        logging.shutdown()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        # Leave at once: the user's code after the `with` block belongs to the
+        # client, and no stray non-daemon thread may keep this rank alive.
+        os._exit(status)
+
+
+def _stop_on_signals(callback) -> None:
+    """Route SIGTERM/SIGINT to ``callback(signum)`` on the running loop."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, callback, signum)
+
+
+async def _serve_scheduler(_dask, plan: Plan, host, interface, timeout: float) -> int:
+    service = await _dask.SchedulerService(host=host, interface=interface).start()
+    info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id)
+    _stop_on_signals(lambda signum: service.coordinator.end(
+        128 + signum, f"the scheduler received {signal.Signals(signum).name}"))
+    try:
+        plan.exchange.publish(info)
+        logger.info("scheduler at %s (%s)", service.address, plan.exchange.description)
+        return await service.serve(client_timeout=timeout)
+    finally:
+        await service.close()
+        plan.exchange.finish(info)
+
+
+async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
+                        timeout: float) -> int:
+    from ._remote import set_location
+
+    identity = plan.identity
+    info = await find_scheduler(_dask, plan.exchange, timeout)
+    if identity.gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
+    set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
+    stop = asyncio.Event()
+    _stop_on_signals(lambda signum: stop.set())
+    status = await _dask.run_worker(
+        info.address,
+        name=f"rank-{identity.rank}",
+        nthreads=settings.threads_per_worker or identity.threads or 1,
+        memory_limit=settings.memory_limit or identity.memory_limit,
+        host=host,
+        interface=interface,
+        timeout=timeout,
+        stop=stop,
+    )
+    if status is None:
+        return 143 if stop.is_set() else _dask.EXIT_FAILED
+    return status
+
+
+async def find_scheduler(_dask, exchange: AddressExchange, timeout: float) -> SchedulerInfo:
+    """Look the scheduler up and make sure it answers; skip stale entries until the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    stale = None
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise StartupTimeoutError(
+                f"the scheduler published at {stale.address} ({exchange.description}) never "
+                f"answered within {timeout:g} s; it may have died: check the scheduler rank's output"
+            )
+        info = exchange.lookup(remaining, stale=stale)
+        if await _dask.probe(info.address, min(PROBE_TIMEOUT, max(remaining, 0.1))):
+            return info
+        logger.info("no scheduler answers at %s; treating it as stale", info.address)
+        stale = info

@@ -1,0 +1,32 @@
+"""Entry point of a local worker process (the laptop default's children)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+
+
+def main() -> None:
+    # Ctrl-C reaches the whole process group; the parent decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    config = json.loads(sys.stdin.read())
+    sys.path[:] = config.pop("sys_path")
+    from . import _dask
+    from ._logs import quiet_dask_logging
+
+    quiet_dask_logging()
+    from ._remote import set_location
+
+    set_location(f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}")
+    status = asyncio.run(_dask.run_worker(config.pop("address"), **config))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if status is None else status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The local launcher plug-in: processes started by ``hpcfutures run -n N``.
+
+``hpcfutures run`` sets ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
+``HPCFUTURES_LAUNCH_ID`` in each copy, the way ``srun`` sets ``SLURM_PROCID``.
+All copies run on this host, so everything binds to loopback by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .._errors import LauncherError
+from .._roles import Identity
+from ._base import Launcher
+
+__all__ = ["LocalLauncher", "RANK_VAR", "SIZE_VAR", "LAUNCH_ID_VAR"]
+
+RANK_VAR = "HPCFUTURES_RANK"
+SIZE_VAR = "HPCFUTURES_SIZE"
+LAUNCH_ID_VAR = "HPCFUTURES_LAUNCH_ID"
+
+
+def read_int(environ: Mapping[str, str], name: str, launcher: str) -> int:
+    """An integer environment variable, or a LauncherError naming it."""
+    text = environ.get(name)
+    if text is None or text == "":
+        raise LauncherError(
+            f"the {launcher} launcher needs the environment variable {name}, which is not set; "
+            f"start the script through the launcher, or choose another with launcher=..."
+        )
+    try:
+        return int(text)
+    except ValueError:
+        raise LauncherError(f"{name}={text!r} is not an integer") from None
+
+
+class LocalLauncher(Launcher):
+    """N copies on this machine, started by ``hpcfutures run``."""
+
+    name = "local"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> str | None:
+        if environ.get(RANK_VAR, "") != "":
+            return f"{RANK_VAR} is set (started by 'hpcfutures run')"
+        return None
+
+    def identity(self) -> Identity:
+        rank = read_int(self.environ, RANK_VAR, self.name)
+        size = read_int(self.environ, SIZE_VAR, self.name)
+        launch_id = self.environ.get(LAUNCH_ID_VAR, "")
+        if not launch_id:
+            raise LauncherError(
+                f"{LAUNCH_ID_VAR} is not set: without it the copies of this launch cannot tell "
+                "their scheduler file from another launch's; start them with 'hpcfutures run'"
+            )
+        return Identity(
+            launcher=self.name,
+            rank=rank,
+            size=size,
+            launch_id=f"local-{launch_id}",
+            single_host=True,
+            local_rank=rank,
+            fields={"job_id": launch_id},
+            reasons=(f"rank {rank} of {size} from {RANK_VAR}/{SIZE_VAR}",
+                     f"launch id {launch_id} from {LAUNCH_ID_VAR}"),
+        )
