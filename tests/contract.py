@@ -1,0 +1,282 @@
+"""The executor contract: what users rely on, as plain check functions.
+
+Every executor kind runs the same checks: the laptop default in the pytest
+process (``test_contract_local.py``), and each launcher through
+``contract_job.py`` started by that launcher (``hpcfutures run``, ``srun``,
+``mpiexec``).  A check takes a usable executor and raises on failure.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import gc
+import os
+import pickle
+import threading
+import time
+import weakref
+
+import hpcfutures
+
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+# ------------------------------------------------------------------ helpers
+def square(x):
+    return x * x
+
+
+def add(x, y=0):
+    return x + y
+
+
+def total(values):
+    return sum(values)
+
+
+def fail_on(x, bad):
+    if x == bad:
+        raise ValueError(f"bad item {x}")
+    return x
+
+
+def sleep_then(seconds, value=None):
+    time.sleep(seconds)
+    return value
+
+
+def where():
+    return os.getpid()
+
+
+class Payload:
+    """A result object whose lifetime the tests watch through a weak reference."""
+
+    def __init__(self, n):
+        self.n = n
+
+
+def make_payload(n):
+    return Payload(n)
+
+
+class CustomError(Exception):
+    pass
+
+
+def raise_custom():
+    raise CustomError("custom failure on purpose")
+
+
+# ------------------------------------------------------------------- checks
+@check
+def submit_returns_a_real_future(ex):
+    future = ex.submit(square, 7)
+    assert isinstance(future, cf.Future)
+    assert future.result(timeout=30) == 49
+    assert future.done() and not future.cancelled()
+    assert future.exception() is None
+
+
+@check
+def submit_passes_args_and_kwargs(ex):
+    assert ex.submit(add, 1, y=2).result(timeout=30) == 3
+    # keyword names that Dask's own submit would swallow reach the function
+    def echo(**kwargs):
+        return kwargs
+    sent = {"key": "k", "pure": True, "workers": None, "fn": 1, "retries": 2}
+    assert ex.submit(echo, **sent).result(timeout=30) == sent
+
+
+@check
+def map_keeps_order(ex):
+    assert list(ex.map(square, range(50))) == [x * x for x in range(50)]
+    assert list(ex.map(add, range(10), range(10, 20))) == [x + x + 10 for x in range(10)]
+    assert list(ex.map(square, [])) == []
+
+
+@check
+def map_honours_chunksize(ex):
+    for chunksize in (2, 7, 64):
+        assert list(ex.map(square, range(100), chunksize=chunksize)) == [
+            x * x for x in range(100)
+        ]
+    try:
+        ex.map(square, range(3), chunksize=0)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("chunksize=0 was accepted")
+
+
+@check
+def map_raises_at_the_failing_position(ex):
+    for chunksize in (1, 3):
+        seen = []
+        try:
+            for value in ex.map(fail_on, range(10), [4] * 10, chunksize=chunksize):
+                seen.append(value)
+        except ValueError as err:
+            assert "bad item 4" in str(err)
+        else:
+            raise AssertionError("no exception from map")
+        assert seen == [0, 1, 2, 3], (chunksize, seen)
+
+
+@check
+def map_timeout_raises_timeout_error(ex):
+    results = ex.map(sleep_then, [2], timeout=0.3)
+    started = time.monotonic()
+    try:
+        next(results)
+    except TimeoutError:
+        pass
+    else:
+        raise AssertionError("map did not time out")
+    assert time.monotonic() - started < 1.5
+
+
+@check
+def map_does_not_keep_yielded_results(ex):
+    results = ex.map(make_payload, range(6))
+    first = next(results)
+    ref = weakref.ref(first)
+    del first
+    rest = list(results)
+    assert [p.n for p in rest] == [1, 2, 3, 4, 5]
+    gc.collect()
+    assert ref() is None, "map's iterator still holds a yielded result"
+
+
+@check
+def exceptions_keep_type_and_remote_traceback(ex):
+    future = ex.submit(raise_custom)
+    error = future.exception(timeout=30)
+    assert type(error) is CustomError, type(error)
+    assert isinstance(error.__cause__, hpcfutures.RemoteTraceback)
+    text = str(error.__cause__)
+    assert "raise_custom" in text and "custom failure on purpose" in text, text
+    assert " on " in text.splitlines()[2], text  # "Traceback from <who> on <host>:"
+    try:
+        future.result()
+    except CustomError:
+        pass
+
+
+@check
+def wait_as_completed_and_callbacks_work(ex):
+    futures = [ex.submit(sleep_then, 0.05 * (i % 3), i) for i in range(9)]
+    done, not_done = cf.wait(futures, timeout=30)
+    assert not not_done and len(done) == 9
+    assert sorted(f.result() for f in cf.as_completed(futures, timeout=30)) == list(range(9))
+    fired = threading.Event()
+    seen = []
+    future = ex.submit(square, 3)
+    future.add_done_callback(lambda f: (seen.append(f.result()), fired.set()))
+    assert fired.wait(30) and seen == [9]
+    fast = ex.submit(square, 2)
+    slow = ex.submit(sleep_then, 2, "slow")
+    first = cf.wait([slow, fast], return_when=cf.FIRST_COMPLETED, timeout=30)
+    assert fast in first.done and fast.result() == 4
+    slow.cancel()
+
+
+@check
+def cancel_works_for_tasks_not_started(ex):
+    blockers = [ex.submit(sleep_then, 1.0) for _ in range(16)]
+    late = ex.submit(square, 5)
+    assert late.cancel(), "a queued task could not be cancelled"
+    assert late.cancelled()
+    try:
+        late.result(timeout=1)
+    except cf.CancelledError:
+        pass
+    else:
+        raise AssertionError("a cancelled future returned a result")
+    for blocker in blockers:
+        blocker.cancel()
+    done = ex.submit(square, 6)
+    assert done.result(timeout=30) == 36
+    assert not done.cancel(), "a finished task reported cancelled"
+
+
+@check
+def tasks_are_impure(ex):
+    first = ex.submit(lambda: os.urandom(16))
+    second = ex.submit(lambda: os.urandom(16))
+    assert first.result(timeout=30) != second.result(timeout=30)
+
+
+@check
+def futures_as_arguments_are_dependencies(ex):
+    a = ex.submit(square, 3)
+    b = ex.submit(add, a, y=1)
+    assert b.result(timeout=30) == 10
+    parts = [ex.submit(square, i) for i in range(5)]
+    assert ex.submit(total, parts).result(timeout=30) == sum(i * i for i in range(5))
+    assert list(ex.map(add, [a, b], [1, 1])) == [10, 11]
+
+
+@check
+def lambdas_closures_and_main_functions_travel(ex):
+    offset = 11
+    assert ex.submit(lambda x: x + offset, 1).result(timeout=30) == 12
+
+    def nested(x):
+        return x * offset
+    assert list(ex.map(nested, [1, 2])) == [11, 22]
+
+
+@check
+def unpicklable_task_fails_on_its_future_and_executor_stays_usable(ex):
+    lock = threading.Lock()
+    try:
+        future = ex.submit(lambda: lock)  # closure over an unpicklable lock
+        error = future.exception(timeout=30)
+    except (TypeError, pickle.PicklingError) as err:  # raised at submit: also allowed
+        error = err
+    assert error is not None, "an unpicklable task did not fail"
+    assert "pickl" in str(error).lower() or "lock" in str(error).lower(), error
+    assert ex.submit(square, 4).result(timeout=30) == 16
+
+
+@check
+def foreign_futures_are_refused(ex):
+    with cf.ThreadPoolExecutor(1) as pool:
+        foreign = pool.submit(square, 2)
+        try:
+            ex.submit(add, foreign)
+        except TypeError as err:
+            assert "another executor" in str(err)
+        else:
+            raise AssertionError("a foreign future was accepted")
+
+
+@check
+def tasks_run_outside_the_client(ex):
+    pids = {f.result(timeout=30) for f in [ex.submit(where) for _ in range(4)]}
+    assert os.getpid() not in pids
+
+
+def run_all(ex, names=None, out=print) -> int:
+    """Run the checks on ``ex``; print PASS/FAIL lines; return the number failed."""
+    import traceback
+
+    failed = 0
+    for fn in CHECKS:
+        if names and fn.__name__ not in names:
+            continue
+        started = time.monotonic()
+        try:
+            fn(ex)
+        except Exception:
+            failed += 1
+            out(f"FAIL {fn.__name__}\n{traceback.format_exc()}")
+        else:
+            out(f"PASS {fn.__name__} ({time.monotonic() - started:.2f} s)")
+    return failed

@@ -1,0 +1,64 @@
+"""The contract suite against the laptop default, in this process."""
+
+import os
+
+import pytest
+
+import hpcfutures
+from contract import CHECKS, square
+
+
+def _children() -> set[int]:
+    me = str(os.getpid())
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if handle.read().rsplit(")", 1)[1].split()[1] == me:
+                        kids.add(int(entry))
+            except (OSError, IndexError):
+                continue
+    return kids
+
+
+@pytest.fixture(scope="module")
+def ex():
+    before = _children()
+    executor = hpcfutures.LocalExecutor(2, timeout=60)
+    yield executor
+    executor.shutdown()
+    assert _children() - before == set(), "local workers outlived shutdown"
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+def test_contract(ex, check):
+    check(ex)
+
+
+def test_submit_after_shutdown_raises():
+    executor = hpcfutures.LocalExecutor(1)
+    assert executor.submit(square, 2).result(timeout=30) == 4
+    executor.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        executor.submit(square, 2)
+    executor.shutdown()  # twice is harmless
+
+
+def test_shutdown_cancel_futures_cancels_queued_tasks():
+    from contract import sleep_then
+
+    executor = hpcfutures.LocalExecutor(1)
+    running = executor.submit(sleep_then, 0.5, "done")
+    queued = [executor.submit(sleep_then, 0.5) for _ in range(10)]
+    executor.shutdown(wait=True, cancel_futures=True)
+    assert any(f.cancelled() for f in queued)
+    assert all(f.done() for f in queued)
+    assert running.done()
+
+
+def test_executor_is_a_context_manager_returning_itself():
+    with hpcfutures.LocalExecutor(1) as executor:
+        assert isinstance(executor, hpcfutures.Executor)
+        assert executor.role == "standalone"
+        assert executor.submit(square, 3).result(timeout=30) == 9
