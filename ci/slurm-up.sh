@@ -5,13 +5,13 @@
 # (whatever the real hostname is) in one partition `debug`.
 #
 # Idempotent: packages are installed only when missing, slurm.conf is rewritten only when its
-# content changes, and daemons that are already running are left alone. Pid files of the daemons
+# content changes (then slurmctld and slurmd are restarted), and running daemons are kept. Pid files of the daemons
 # this script starts go to $PIDDIR; ci/slurm-down.sh stops exactly those.
 #
 # Settings (environment):
 #   SLURM_CPUS=8             CPUs advertised for the node (may exceed the real core count)
 #   SLURM_MPI_DEFAULT=none   MpiDefault; pick pmi2/pmix per step with `srun --mpi=...`
-#   SLURM_WITH_PMIX=1        also install libpmix2 (needed by `srun --mpi=pmix`); empty to skip
+#   SLURM_WITH_PMIX=1        make `srun --mpi=pmix` work (libpmix2 + one symlink); empty to skip
 #   SLURM_UP_TIMEOUT=60      seconds allowed for each wait (daemon start, idle node, probe)
 #   SLURM_APT_TIMEOUT=600    seconds allowed for apt-get update + install
 #   SLURM_SKIP_INSTALL=0     1: never call apt-get (fail if the packages are missing)
@@ -38,7 +38,7 @@ die() {
   for f in "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log" "$MUNGE_LOG"; do
     [ -s "$f" ] || continue
     printf -- '----- last lines of %s\n' "$f" >&2
-    tail -n 25 "$f" >&2
+    tail -n 20 "$f" >&2
   done
   exit 1
 }
@@ -63,13 +63,26 @@ running() {
   [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
 }
 
+# stop_daemon NAME: SIGTERM to the pid in $PIDDIR/NAME.pid, SIGKILL if it outlives the deadline.
+stop_daemon() {
+  local pid deadline
+  pid=$(cat "$PIDDIR/$1.pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + SLURM_UP_TIMEOUT))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then kill -KILL "$pid" 2>/dev/null || true; break; fi
+    sleep 0.1
+  done
+  rm -f "$PIDDIR/$1.pid"
+}
+
 [ "$(id -u)" = 0 ] || die "must be run as root"
 t0=$SECONDS
 
 # ----------------------------------------------------------------------------- 1. packages
 pkgs=(munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins)
-# libpmix2 must be present before slurmd starts, or slurmd never loads mpi/pmix.
-[ -n "$SLURM_WITH_PMIX" ] && pkgs+=(libpmix2)
+# PMIx must be loadable before slurmd starts, or slurmd never loads mpi/pmix (see the symlink below).
+if [ -n "$SLURM_WITH_PMIX" ]; then pkgs+=(libpmix2); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -193,14 +206,21 @@ else
   runuser -u munge -- /usr/sbin/munged --pid-file="$MUNGE_PID" --log-file="$MUNGE_LOG"
   cp "$MUNGE_PID" "$PIDDIR/munged.pid"
 fi
-wait_for "$SLURM_UP_TIMEOUT" "a munge credential round trip" sh -c 'munge -n | unmunge'
+wait_for "$SLURM_UP_TIMEOUT" "a munge credential round trip" sh -c 'timeout 5 munge -n | timeout 5 unmunge'
+
+# A changed slurm.conf (e.g. another SLURM_CPUS) needs a restart of slurmctld and slurmd:
+# `scontrol reconfigure` refuses node changes ("require restart of the slurmctld daemon").
+if [ "$conf_changed" = 1 ]; then
+  for d in slurmd slurmctld; do
+    if running "$PIDDIR/$d.pid" "$d"; then
+      log "config changed: restarting $d"
+      stop_daemon "$d"
+    fi
+  done
+fi
 
 if running "$PIDDIR/slurmctld.pid" slurmctld; then
   log "slurmctld already running (pid $(cat "$PIDDIR/slurmctld.pid"))"
-  if [ "$conf_changed" = 1 ]; then
-    log "config changed: scontrol reconfigure"
-    timeout 30 scontrol reconfigure || die "scontrol reconfigure failed"
-  fi
 else
   log "starting slurmctld"
   /usr/sbin/slurmctld -f "$CONF" || die "slurmctld failed to start"
