@@ -171,6 +171,15 @@ async def run_worker(address: str, *, name: str, nthreads: int,
         validate=False,
     )
     worker.stream_handlers[VERDICT_OP] = lambda status: verdict.setdefault("status", status)
+
+    async def close_now(reason: str = "scheduler-close", **_: Any) -> None:
+        # Dask's default close waits for running tasks; when the launch is
+        # over nobody wants their results, and a week-long task must not
+        # keep the rank (and the allocation) alive.
+        await worker.close(reason=reason, executor_wait=False)
+
+    worker.stream_handlers["close"] = close_now
+    worker.handlers["close"] = close_now
     try:
         await worker
     except Exception:
@@ -185,7 +194,7 @@ async def run_worker(address: str, *, name: str, nthreads: int,
         await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         if not finished.done():
-            await worker.close(reason="hpcfutures: stopped by a signal")
+            await worker.close(reason="hpcfutures: stopped by a signal", executor_wait=False)
             await finished
     return verdict.get("status")
 
@@ -220,9 +229,29 @@ async def wait_for_workers(client: Client, timeout: float) -> None:
     await client.wait_for_workers(1, timeout=timeout)
 
 
-async def finish_client(client: Client, status: int) -> None:
-    """Tell the scheduler the launch is over, then close the client."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.scheduler.hpcfutures_finish(status=status), 10)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.close(), 10)
+async def finish_client(client: Client, status: int, timeout: float = 5.0) -> None:
+    """Tell the scheduler the launch is over, then close the client.
+
+    If the scheduler is already gone (it was signalled too, or died) there is
+    nobody to tell: close at once instead of waiting for a reconnection, and
+    keep Dask's complaints about the lost connection out of the user's output.
+    """
+    with _silenced("distributed.client", "distributed.comm", "distributed.core"):
+        if client.status == "running":
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.scheduler.hpcfutures_finish(status=status), timeout)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), timeout)
+
+
+@contextlib.contextmanager
+def _silenced(*names: str):
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)

@@ -1,0 +1,40 @@
+"""The public surface: small, sorted, complete, and importable without side effects."""
+
+import subprocess
+import sys
+
+import hpcfutures
+
+
+def test_all_is_sorted_and_complete():
+    assert hpcfutures.__all__ == sorted(hpcfutures.__all__)
+    public = {name for name in vars(hpcfutures) if not name.startswith("_")}
+    public -= {"launchers"}  # the plug-in package, imported for its names
+    assert public == set(hpcfutures.__all__)
+
+
+def test_errors_share_one_root_and_builtin_bases():
+    from concurrent.futures import BrokenExecutor
+
+    for name in hpcfutures.__all__:
+        obj = getattr(hpcfutures, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj is not hpcfutures.RemoteTraceback:
+            assert issubclass(obj, hpcfutures.HPCFuturesError), name
+    assert issubclass(hpcfutures.StartupTimeoutError, TimeoutError)
+    assert issubclass(hpcfutures.BrokenHPCExecutor, BrokenExecutor)
+
+
+def test_import_starts_nothing_and_does_not_touch_mpi_or_dask():
+    code = ("import sys, threading, hpcfutures; "
+            "assert 'mpi4py' not in sys.modules, 'mpi4py imported'; "
+            "assert 'distributed' not in sys.modules, 'distributed imported'; "
+            "assert threading.active_count() == 1, 'a thread was started'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_executors_are_concurrent_futures_executors():
+    from concurrent.futures import Executor
+
+    for cls in (hpcfutures.Executor, hpcfutures.LocalExecutor,
+                hpcfutures.SlurmExecutor, hpcfutures.MPIExecutor):
+        assert issubclass(cls, Executor)

@@ -1,0 +1,160 @@
+"""``hpcfutures run`` and the local launcher plug-in, for real, in subprocesses."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import JOBS, ROOT, contract_passed, hpcfutures_run, run_job
+
+CONTRACT = JOBS / "contract_job.py"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n", [3, 4])
+def test_contract_under_hpcfutures_run(n):
+    job = hpcfutures_run(n, CONTRACT, timeout=150)
+    assert contract_passed(job), job
+
+
+@pytest.mark.timeout(180)
+def test_contract_with_scheduler_in_client_on_two_ranks():
+    job = hpcfutures_run(2, CONTRACT, timeout=150,
+                         env={"HPCFUTURES_SCHEDULER_IN_CLIENT": "1"})
+    assert contract_passed(job), job
+
+
+@pytest.mark.timeout(60)
+def test_client_exception_makes_the_launch_fail_fast():
+    job = hpcfutures_run(4, JOBS / "fail_job.py", timeout=45)
+    assert job.returncode != 0, job
+    assert "RAISING" in job.stdout and "the client failed on purpose" in job.stderr
+    assert job.seconds < 10, f"launcher took {job.seconds:.1f} s to return"
+
+
+@pytest.mark.timeout(60)
+def test_too_few_ranks_fails_with_a_clear_error():
+    job = hpcfutures_run(2, CONTRACT, timeout=45)
+    assert job.returncode != 0
+    assert "needs at least 3" in job.stderr, job
+
+
+def _ranks(n, launch_id, extra_env=None):
+    """Start the copies of a launch by hand, with a launch id we choose."""
+    marker_env = {"PYTHONPATH": str(ROOT), **(extra_env or {})}
+    return [subprocess.Popen(
+        [sys.executable, str(CONTRACT)], cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, **marker_env, "HPCFUTURES_RANK": str(rank),
+             "HPCFUTURES_SIZE": str(n), "HPCFUTURES_LAUNCH_ID": launch_id})
+        for rank in range(n)]
+
+
+@pytest.mark.timeout(120)
+def test_stale_scheduler_file_with_same_launch_id_is_ignored(tmp_path):
+    """A file left by an earlier run (same id, dead address) must not stop this one."""
+    launch = "stale-test"
+    path = tmp_path / "sched.json"
+    stale = {"hpcfutures": 1, "address": "tcp://127.0.0.1:9", "launch_id": f"local-{launch}",
+             "nonce": "old", "host": "some-other-host", "pid": 1, "created": 0,
+             "security": {}, "finished": False}
+    path.write_text(json.dumps(stale))
+    os.chmod(path, 0o600)
+    env = {"HPCFUTURES_SCHEDULER_FILE": str(path), "HPCFUTURES_TIMEOUT": "40"}
+    # The client and worker start first and find only the stale file.
+    late_scheduler_delay = 2.0
+    processes = _ranks(3, launch, env)[1:]
+    time.sleep(late_scheduler_delay)  # a deliberately late scheduler, not a synchronisation
+    processes.insert(0, _ranks(1, launch, {**env, "HPCFUTURES_SIZE": "3"})[0])
+    outputs = [p.communicate(timeout=100) for p in processes]
+    client_out = outputs[1][0]
+    assert [p.returncode for p in processes] == [0, 0, 0], outputs
+    assert "CONTRACT RESULT" in client_out and "FAIL " not in client_out
+
+
+@pytest.mark.timeout(60)
+def test_worker_that_never_finds_a_scheduler_times_out_clearly(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HPCFUTURES_RANK": "2", "HPCFUTURES_SIZE": "3",
+           "HPCFUTURES_LAUNCH_ID": "lonely", "HPCFUTURES_TIMEOUT": "2",
+           "HPCFUTURES_SCHEDULER_FILE": str(tmp_path / "never.json")}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(CONTRACT)], env=env, capture_output=True,
+                          text=True, timeout=45)
+    elapsed = time.monotonic() - started
+    assert done.returncode != 0
+    assert "StartupTimeoutError" in done.stderr
+    assert "never.json" in done.stderr and "rank 2" in done.stderr and "2 s" in done.stderr
+    assert elapsed < 15
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_forwards_signals_and_everything_stops(signum):
+    from conftest import MARKER_VAR, assert_no_leftovers
+    import uuid
+
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hpcfutures", "run", "-n", "3", sys.executable,
+         str(JOBS / "block_job.py")],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: marker})
+    try:
+        assert process.stdout.readline().strip() == "READY"
+        started = time.monotonic()
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=30)
+        elapsed = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0, (out, err)
+    assert elapsed < 10, f"stopping took {elapsed:.1f} s"
+    assert_no_leftovers(marker)
+
+
+@pytest.mark.timeout(60)
+def test_run_reports_a_failed_copy_and_ends_stragglers():
+    code = ("import os, sys, time\n"
+            "rank = int(os.environ['HPCFUTURES_RANK'])\n"
+            "if rank == 0: time.sleep(300)\n"
+            "sys.exit(3 if rank == 2 else 0)\n")
+    job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "3", "--grace", "1",
+                   sys.executable, "-c", code], timeout=30)
+    assert job.returncode != 0
+    assert job.seconds < 10
+    assert "still running" in job.stderr
+
+
+def test_run_returns_the_client_status():
+    code = "import os, sys; sys.exit(5 if os.environ['HPCFUTURES_RANK'] == '1' else 0)"
+    job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "3",
+                   sys.executable, "-c", code], timeout=30)
+    assert job.returncode == 5
+
+
+def test_run_without_a_command_is_a_usage_error():
+    job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "2"], timeout=30)
+    assert job.returncode == 2 and "no command" in job.stderr
+
+
+def test_info_explains_the_detected_role():
+    env = {"HPCFUTURES_RANK": "1", "HPCFUTURES_SIZE": "4", "HPCFUTURES_LAUNCH_ID": "xyz"}
+    job = run_job([sys.executable, "-m", "hpcfutures", "info", "--json"], env=env, timeout=30)
+    report = json.loads(job.stdout)
+    assert report["launcher"] == "local" and report["role"] == "client"
+    assert report["rank"] == 1 and report["size"] == 4
+    assert "scheduler file" in report["address_exchange"]
+    assert any("HPCFUTURES_RANK" in line for line in report["why"])
+    assert report["settings"]["timeout"]["source"] == "default"
+
+
+def test_info_reports_a_bad_environment_instead_of_crashing():
+    env = {"HPCFUTURES_RANK": "1", "HPCFUTURES_SIZE": "4", "HPCFUTURES_LAUNCH_ID": "xyz",
+           "HPCFUTURES_TIMEOUT": "never"}
+    job = run_job([sys.executable, "-m", "hpcfutures", "info"], env=env, timeout=30)
+    assert job.returncode != 0 and "HPCFUTURES_TIMEOUT" in (job.stdout + job.stderr)

@@ -1,0 +1,96 @@
+"""Role negotiation against a fake world: no processes, no Dask."""
+
+import pytest
+
+from hpcfutures import NotEnoughRanksError
+from hpcfutures._config import resolve_settings
+from hpcfutures._roles import Identity, Role, assign_role
+from hpcfutures._session import bind_address, negotiate
+
+
+@pytest.mark.parametrize("size", [3, 4, 8, 64])
+def test_default_layout_scheduler_client_workers(size):
+    roles = [assign_role(rank, size, scheduler_in_client=False) for rank in range(size)]
+    assert roles[0] is Role.SCHEDULER
+    assert roles[1] is Role.CLIENT
+    assert roles[2:] == [Role.WORKER] * (size - 2)
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])
+def test_scheduler_in_client_spends_no_rank_on_the_scheduler(size):
+    roles = [assign_role(rank, size, scheduler_in_client=True) for rank in range(size)]
+    assert roles[0] is Role.CLIENT
+    assert roles[1:] == [Role.WORKER] * (size - 1)
+
+
+def test_one_process_runs_standalone():
+    assert assign_role(0, 1, scheduler_in_client=False) is Role.STANDALONE
+
+
+def test_too_few_ranks_says_how_many_and_what_to_do():
+    with pytest.raises(NotEnoughRanksError) as info:
+        assign_role(0, 2, scheduler_in_client=False)
+    message = str(info.value)
+    assert "at least 3" in message and "scheduler_in_client" in message
+    with pytest.raises(ValueError):  # also a ValueError for callers that catch that
+        assign_role(1, 2, scheduler_in_client=False)
+
+
+def test_identity_validates_rank_and_size():
+    with pytest.raises(ValueError, match="outside"):
+        Identity(launcher="x", rank=4, size=4, launch_id="l")
+    with pytest.raises(ValueError, match="at least 1"):
+        Identity(launcher="x", rank=0, size=0, launch_id="l")
+
+
+def local_env(rank, size, launch="abc123"):
+    return {"HPCFUTURES_RANK": str(rank), "HPCFUTURES_SIZE": str(size),
+            "HPCFUTURES_LAUNCH_ID": launch}
+
+
+def test_local_launcher_is_detected_and_gives_ranks():
+    settings = resolve_settings(environ={}, dask_config={})
+    plans = [negotiate(settings, local_env(rank, 4)) for rank in range(4)]
+    assert [p.launcher.name for p in plans] == ["local"] * 4
+    assert [p.role for p in plans] == [Role.SCHEDULER, Role.CLIENT, Role.WORKER, Role.WORKER]
+    assert len({p.identity.launch_id for p in plans}) == 1
+    assert "abc123" in str(plans[0].exchange.path)
+
+
+def test_two_launches_never_share_a_scheduler_file():
+    settings = resolve_settings(environ={}, dask_config={})
+    first = negotiate(settings, local_env(0, 3, "one"))
+    second = negotiate(settings, local_env(0, 3, "two"))
+    assert first.exchange.path != second.exchange.path
+
+
+def test_local_launcher_without_launch_id_is_a_clear_error():
+    from hpcfutures import LauncherError
+
+    settings = resolve_settings(environ={}, dask_config={})
+    with pytest.raises(LauncherError, match="HPCFUTURES_LAUNCH_ID"):
+        negotiate(settings, {"HPCFUTURES_RANK": "0", "HPCFUTURES_SIZE": "3"})
+
+
+def test_no_launcher_variables_means_the_laptop_default():
+    settings = resolve_settings(environ={}, dask_config={})
+    plan = negotiate(settings, {})
+    assert plan.launcher.name == "embedded" and plan.role is Role.STANDALONE
+
+
+def test_forced_unknown_launcher_is_named_in_the_error():
+    from hpcfutures import ConfigurationError
+
+    settings = resolve_settings({"launcher": "pbs-nope"}, environ={}, dask_config={})
+    with pytest.raises(ConfigurationError, match="pbs-nope"):
+        negotiate(settings, {})
+
+
+def test_one_host_binds_to_loopback_and_explicit_options_win():
+    settings = resolve_settings(environ={}, dask_config={})
+    one_host = Identity(launcher="x", rank=0, size=3, launch_id="l", single_host=True)
+    many = Identity(launcher="x", rank=0, size=3, launch_id="l", single_host=False)
+    assert bind_address(settings, one_host) == ("127.0.0.1", None)
+    assert bind_address(settings, many) == (None, None)
+    explicit = resolve_settings({"interface": "ib0"}, environ={}, dask_config={})
+    assert bind_address(explicit, one_host) == (None, "ib0")

@@ -1,0 +1,127 @@
+"""The scheduler file: private, atomic, stamped with the launch, never trusted blindly."""
+
+import os
+import socket
+import time
+
+import pytest
+
+from hpcfutures import ConfigurationError, SchedulerFileError, StartupTimeoutError
+from hpcfutures._errors import LaunchFinished
+from hpcfutures._schedfile import SchedulerFileExchange, default_scheduler_file
+from hpcfutures.launchers import SchedulerInfo
+
+
+def exchange(tmp_path, launch="launch-1", **kwargs):
+    return SchedulerFileExchange(tmp_path / "sched.json", launch, rank=2, **kwargs)
+
+
+def info(launch="launch-1", **kwargs):
+    return SchedulerInfo(address="tcp://127.0.0.1:1", launch_id=launch, **kwargs)
+
+
+def test_published_file_is_private_and_found(tmp_path):
+    ex = exchange(tmp_path)
+    published = info()
+    ex.publish(published)
+    assert (tmp_path / "sched.json").stat().st_mode & 0o777 == 0o600
+    assert ex.lookup(timeout=1) == published
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_directory_is_created_private(tmp_path):
+    ex = SchedulerFileExchange(tmp_path / "new" / "sched.json", "l", rank=0)
+    ex.publish(info("l"))
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
+
+
+def test_finish_removes_the_file(tmp_path):
+    ex = exchange(tmp_path)
+    published = info()
+    ex.publish(published)
+    ex.finish(published)
+    assert not (tmp_path / "sched.json").exists()
+
+
+def test_finish_leaves_a_newer_schedulers_file_alone(tmp_path):
+    ex = exchange(tmp_path)
+    old, new = info(), info()
+    ex.publish(new)
+    ex.finish(old)
+    assert ex.lookup(timeout=1) == new
+
+
+def test_tombstone_tells_late_processes_the_launch_is_over(tmp_path):
+    ex = exchange(tmp_path, tombstone=True)
+    published = info()
+    ex.publish(published)
+    ex.finish(published)
+    with pytest.raises(LaunchFinished):
+        ex.lookup(timeout=1)
+
+
+def test_missing_file_times_out_naming_file_rank_and_seconds(tmp_path):
+    ex = exchange(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(StartupTimeoutError) as caught:
+        ex.lookup(timeout=0.5)
+    assert time.monotonic() - started < 2
+    message = str(caught.value)
+    assert "sched.json" in message and "rank 2" in message and "0.5 s" in message
+    assert isinstance(caught.value, TimeoutError)
+
+
+def test_file_of_another_launch_is_ignored(tmp_path):
+    ex = exchange(tmp_path)
+    ex.publish(info(launch="an-earlier-launch"))
+    with pytest.raises(StartupTimeoutError, match="an-earlier-launch"):
+        ex.lookup(timeout=0.3)
+
+
+def test_stale_answer_is_skipped_until_a_fresh_one_appears(tmp_path):
+    ex = exchange(tmp_path)
+    stale = info()
+    ex.publish(stale)
+    with pytest.raises(StartupTimeoutError, match="could not be reached"):
+        ex.lookup(timeout=0.3, stale=stale)
+    fresh = info()
+    ex.publish(fresh)
+    assert ex.lookup(timeout=1, stale=stale) == fresh
+
+
+def test_file_of_a_dead_local_process_is_skipped(tmp_path):
+    ex = exchange(tmp_path)
+    dead_pid = 2 ** 22 + 12345  # above pid_max's default: never a live process
+    ex.publish(info(pid=dead_pid, host=socket.gethostname()))
+    with pytest.raises(StartupTimeoutError, match="is gone"):
+        ex.lookup(timeout=0.3)
+
+
+def test_group_readable_file_is_refused_with_the_reason(tmp_path):
+    ex = exchange(tmp_path)
+    ex.publish(info())
+    os.chmod(tmp_path / "sched.json", 0o644)
+    with pytest.raises(SchedulerFileError, match="other users could read"):
+        ex.lookup(timeout=1)
+
+
+def test_garbage_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "sched.json"
+    path.write_text("{not json")
+    os.chmod(path, 0o600)
+    with pytest.raises(SchedulerFileError, match="not a valid hpcfutures scheduler file"):
+        exchange(tmp_path).lookup(timeout=1)
+
+
+def test_template_fields_and_unknown_field():
+    path = default_scheduler_file("/shared/dask-{job_id}-{user}.json",
+                                  {"job_id": "42", "user": "ann", "launch_id": "x"})
+    assert str(path) == "/shared/dask-42-ann.json"
+    with pytest.raises(ConfigurationError, match="unknown field"):
+        default_scheduler_file("/x/{nope}.json", {"job_id": "1"})
+
+
+def test_default_path_is_per_user_and_per_launch():
+    path = default_scheduler_file(None, {"launch_id": "local-abc", "user": "ann"})
+    assert "local-abc" in path.name
+    assert str(path).startswith(os.path.expanduser("~"))
