@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ._errors import BrokenHPCExecutor
 from ._loop import LoopThread
-from ._remote import restore_traceback, run_task
+from ._remote import restore_traceback, run_chunk_task, run_task
 
 __all__ = ["TaskBridge", "TaskFuture"]
 
@@ -115,22 +115,62 @@ class TaskBridge:
             asyncio.ensure_future(self._client.cancel([dask_future]))
 
     def _flush(self) -> None:
+        """Send every queued task in one graph per runner: one message, not one per task."""
         with self._lock:
             items = list(self._queue)
             self._queue.clear()
             self._flush_scheduled = False
+        groups: dict[Any, list] = {}
         for future, runner, fn, args, kwargs in items:
             if future.done():
                 continue
             try:
-                args, kwargs = _as_dependencies(args), _as_dependencies(kwargs)
-                key = f"{self._prefix}{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
-                dask_future = self._client.submit(runner, fn, args, kwargs, key=key, pure=False)
+                args, kwargs = _resolve(runner, args, kwargs)
+            except _NotSentYet:
+                # A dependency is queued in this very batch: send what came before it.
+                self._send_groups(groups)
+                groups = {}
+                args, kwargs = _resolve(runner, args, kwargs)
             except Exception as err:
                 _settle(future, exception=_submission_error(fn, err))
                 continue
+            key = f"{self._prefix}{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
+            groups.setdefault(runner, []).append((future, fn, args, kwargs, key))
+        self._send_groups(groups)
+
+    def _send_groups(self, groups: dict[Any, list]) -> None:
+        for runner, group in groups.items():
+            self._send(runner, group)
+
+    def _send(self, runner: Callable[..., Any], group: list) -> None:
+        try:
+            dask_futures = self._client.map(
+                runner, *zip(*[(fn, args, kwargs) for _, fn, args, kwargs, _ in group]),
+                key=[key for *_, key in group], pure=False)
+        except Exception:
+            # Something in the batch cannot be sent: send one by one, so that
+            # only the culprit fails.
+            dask_futures = [self._send_one(runner, item) for item in group]
+        for (future, *_), dask_future in zip(group, dask_futures):
+            if dask_future is None:
+                continue
             future._dask = dask_future
             asyncio.ensure_future(self._watch(dask_future, future))
+
+    def _send_one(self, runner: Callable[..., Any], item: tuple) -> Any:
+        future, fn, args, kwargs, key = item
+        try:
+            # A fresh key: Dask already registered the failed batch's keys and
+            # would hand back those never-to-finish futures.
+            return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone", pure=False)
+        except Exception as err:
+            _settle(future, exception=_submission_error(fn, err))
+            return None
+
+    def worker_threads(self) -> int:
+        """Worker threads in the cluster, from the client's cached scheduler info."""
+        info = self._client.scheduler_info() or {}
+        return int(info.get("total_threads") or 1)
 
     async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
         exception = await dask_future.exception()
@@ -198,6 +238,17 @@ class TaskBridge:
         self._closing = True
 
 
+def _resolve(runner: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Arguments with this executor's futures replaced by Dask's (see below)."""
+    if runner is run_chunk_task:  # args == (chunk,): a list of per-item argument tuples
+        return ([_as_dependencies(item) for item in args[0]],), kwargs
+    return _as_dependencies(args), _as_dependencies(kwargs)
+
+
+class _NotSentYet(Exception):
+    """A future used as an argument is still waiting in the submission queue."""
+
+
 def _as_dependencies(value: Any) -> Any:
     """Replace this executor's futures in arguments by their Dask futures.
 
@@ -210,7 +261,7 @@ def _as_dependencies(value: Any) -> Any:
                 raise cf.CancelledError("a future passed as an argument was cancelled")
             if value.done():
                 return value.result()
-            raise RuntimeError("a future passed as an argument was never submitted")
+            raise _NotSentYet
         return value._dask
     if isinstance(value, tuple):
         if any(isinstance(v, (TaskFuture, list, tuple, dict)) for v in value):

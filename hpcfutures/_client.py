@@ -57,7 +57,9 @@ class ClientSide:
                                     timeout, f"connecting to the scheduler at {address}")
             if self.plan.role is Role.STANDALONE:
                 self._start_local_workers(address)
-            self._run(_dask.wait_for_workers(self.client, timeout), timeout,
+            # Workers may still be queued (job-array elements): the launcher's wait.
+            peers = self.plan.launcher.lookup_timeout(self.plan.identity)
+            self._run(_dask.wait_for_workers(self.client, peers), peers,
                       f"the first worker to join the scheduler at {address}")
         except BaseException:
             self._teardown(_dask.EXIT_FAILED)
@@ -87,12 +89,13 @@ class ClientSide:
     def _start_local_workers(self, address: str) -> None:
         from ._localworkers import LocalWorkers
 
-        host, interface = bind_address(self.settings, self.plan.identity)
-        count = self.settings.max_workers or available_cores()
+        identity = self.plan.identity
+        host, interface = bind_address(self.settings, identity)
+        count = self.settings.max_workers or identity.local_workers or available_cores()
         self.local_workers = LocalWorkers(count, {
             "address": address,
-            "nthreads": self.settings.threads_per_worker or 1,
-            "memory_limit": self.settings.memory_limit,
+            "nthreads": self.settings.threads_per_worker or identity.threads or 1,
+            "memory_limit": self.settings.memory_limit or identity.memory_limit,
             "host": host,
             "interface": interface,
             "timeout": self.settings.timeout,
@@ -152,7 +155,7 @@ class ClientSide:
             with contextlib.suppress(Exception):
                 self.plan.exchange.finish(self.info)
         if self.local_workers is not None:
-            self.local_workers.stop(SHUTDOWN_GRACE)
+            self.local_workers.stop()
         loop.stop()
         self.loop = None
 

@@ -1,7 +1,7 @@
 """The Dask lifecycle: start and stop the scheduler, a worker, the client.
 
 This is the only module that imports ``distributed``'s internals.  Everything
-here is a coroutine; the session runs it either with ``asyncio.run`` (the
+here is a coroutine; the session runs it either on a fresh event loop (the
 scheduler and worker ranks) or on the client's loop thread.
 
 How the end of a launch travels::
@@ -31,6 +31,7 @@ __all__ = [
     "connect_client",
     "finish_client",
     "probe",
+    "WorkerService",
     "run_worker",
     "wait_for_workers",
 ]
@@ -40,6 +41,8 @@ logger = logging.getLogger("hpcfutures")
 VERDICT_OP = "hpcfutures-verdict"
 #: Exit status of the other ranks when the client failed or vanished.
 EXIT_FAILED = 1
+#: Seconds a worker may take to close before its rank leaves regardless.
+CLOSE_TIMEOUT = 5.0
 
 
 class Coordinator(SchedulerPlugin):
@@ -145,58 +148,84 @@ class SchedulerService:
             await self._scheduler.close(reason="hpcfutures: launch finished")
 
 
-async def run_worker(address: str, *, name: str, nthreads: int,
-                     memory_limit: str | int | None, host: str | None,
-                     interface: str | None, timeout: float, security: Any = None,
-                     resources: dict[str, float] | None = None,
-                     stop: asyncio.Event | None = None) -> int | None:
-    """Run a Dask worker in this process until the scheduler closes it.
+class WorkerService:
+    """A Dask worker in this process: :meth:`join` the scheduler, then :meth:`serve`."""
 
-    Returns the client's verdict as passed on by the scheduler, or None if the
-    worker ended without one (the scheduler vanished, or ``stop`` was set by a
-    signal handler).
-    """
-    verdict: dict[str, int] = {}
-    worker = Worker(
-        address,
-        name=name,
-        nthreads=nthreads,
-        memory_limit=memory_limit or 0,
-        host=host,
-        interface=interface,
-        dashboard=False,
-        death_timeout=timeout,
-        security=security,
-        resources=resources,
-        validate=False,
-    )
-    worker.stream_handlers[VERDICT_OP] = lambda status: verdict.setdefault("status", status)
+    def __init__(self, address: str, *, name: str, nthreads: int,
+                 memory_limit: str | int | None, host: str | None,
+                 interface: str | None, timeout: float, security: Any = None,
+                 resources: dict[str, float] | None = None) -> None:
+        self.name, self.address = name, address
+        self.verdict: int | None = None
+        self._closed = asyncio.Event()
+        self._worker = Worker(
+            address,
+            name=name,
+            nthreads=nthreads,
+            memory_limit=memory_limit or 0,
+            host=host,
+            interface=interface,
+            dashboard=False,
+            death_timeout=timeout,
+            security=security,
+            resources=resources,
+            validate=False,
+        )
+        self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
+        self._worker.stream_handlers["close"] = self.close
+        self._worker.handlers["close"] = self.close
 
-    async def close_now(reason: str = "scheduler-close", **_: Any) -> None:
-        # Dask's default close waits for running tasks; when the launch is
-        # over nobody wants their results, and a week-long task must not
-        # keep the rank (and the allocation) alive.
-        await worker.close(reason=reason, executor_wait=False)
+    def _record_verdict(self, status: int) -> None:
+        if self.verdict is None:
+            self.verdict = status
 
-    worker.stream_handlers["close"] = close_now
-    worker.handlers["close"] = close_now
+    async def join(self) -> None:
+        """Start the worker and register with the scheduler (raises if that fails)."""
+        await self._worker
+
+    async def close(self, reason: str = "scheduler-close", **_: Any) -> None:
+        """Close now, without waiting for running tasks.
+
+        Dask's default close waits for them; once the launch is over nobody
+        wants their results, and a week-long task must not keep the rank (and
+        the allocation) alive.  Bounded: the rank leaves even if closing sticks.
+        """
+        try:
+            await asyncio.wait_for(
+                self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
+        except (asyncio.TimeoutError, Exception):
+            logger.debug("worker %s did not close cleanly", self.name, exc_info=True)
+        finally:
+            self._closed.set()
+
+    async def serve(self, stop: asyncio.Event | None = None) -> int | None:
+        """Serve until the scheduler closes this worker (or ``stop`` is set).
+
+        Returns the client's verdict as passed on by the scheduler, or None if
+        the worker ended without one (the scheduler vanished, or a signal).
+        """
+        waits = [asyncio.ensure_future(self._worker.finished()),
+                 asyncio.ensure_future(self._closed.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        if stop is not None and stop.is_set():
+            await self.close("hpcfutures: stopped by a signal")
+        return self.verdict
+
+
+async def run_worker(address: str, *, stop: asyncio.Event | None = None,
+                     **options: Any) -> int | None:
+    """Join the scheduler at ``address`` and serve; None if it could not join."""
+    service = WorkerService(address, **options)
     try:
-        await worker
+        await service.join()
     except Exception:
-        # The scheduler went away between lookup and registration.
-        logger.exception("worker %s could not join the scheduler at %s", name, address)
+        logger.debug("worker %s could not join %s", service.name, address, exc_info=True)
         return None
-    if stop is None:
-        await worker.finished()
-    else:
-        finished = asyncio.ensure_future(worker.finished())
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if not finished.done():
-            await worker.close(reason="hpcfutures: stopped by a signal", executor_wait=False)
-            await finished
-    return verdict.get("status")
+    return await service.serve(stop)
 
 
 async def probe(address: str, timeout: float, security: Any = None) -> bool:

@@ -13,12 +13,13 @@ import concurrent.futures as cf
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
 from ._bridge import TaskBridge, TaskFuture
 from ._config import resolve_settings
-from ._remote import ChunkOutcome, restore_traceback, run_chunk
+from ._mapping import MapRun
 from ._session import Session
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
@@ -46,8 +47,11 @@ class Executor(cf.Executor):
         launcher: Force a launcher plug-in (``"local"``, ``"slurm"``, ``"mpi"``,
             ``"embedded"``); default: detect from the environment.
         timeout: Seconds every start-up wait may take (default 60).
+        array_timeout: Seconds job-array elements wait for each other, since
+            the queue may start them hours apart (default 3600).
         scheduler_file: Where the scheduler's address is exchanged; may use
-            ``{launch_id}``, ``{job_id}`` and ``{user}``.
+            ``{launch_id}``, ``{job_id}`` and ``{user}`` (under Slurm also
+            ``{step_id}`` and ``{cluster}``).
         host, interface: What the scheduler and workers bind to (default:
             loopback when the whole launch is on one host).
         threads_per_worker: Threads per Dask worker (default 1, or the
@@ -66,6 +70,7 @@ class Executor(cf.Executor):
         *,
         launcher: str | None = None,
         timeout: float | None = None,
+        array_timeout: float | None = None,
         scheduler_file: str | None = None,
         host: str | None = None,
         interface: str | None = None,
@@ -80,6 +85,7 @@ class Executor(cf.Executor):
             "launcher": launcher or self._launcher_name,
             "max_workers": max_workers,
             "timeout": timeout,
+            "array_timeout": array_timeout,
             "scheduler_file": scheduler_file,
             "host": host,
             "interface": interface,
@@ -90,6 +96,7 @@ class Executor(cf.Executor):
         })
         self._lock = threading.Lock()
         self._shutdown = False
+        self._map_runs: weakref.WeakSet[MapRun] = weakref.WeakSet()
         self._session = Session(settings)
         self._bridge: TaskBridge | None = self._session.start()
 
@@ -136,23 +143,21 @@ class Executor(cf.Executor):
             timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
         """Like :func:`map`, run on the workers; results come back in order.
 
-        All items are submitted at once; ``chunksize`` groups items into one
-        task each.  The iterator raises ``TimeoutError`` if a result is not
-        ready ``timeout`` s after the call, and an item's exception at its
-        position.
+        Items are grouped into Dask tasks adaptively (see :mod:`._mapping`):
+        ``chunksize`` is the smallest group, and tiny tasks are batched further
+        as their durations become known.  The iterator raises ``TimeoutError``
+        if a result is not ready ``timeout`` s after the call, and an item's
+        exception at its position.
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         end_time = None if timeout is None else timeout + time.monotonic()
-        items = zip(*iterables)
+        items = list(zip(*iterables))
         with self._lock:
             bridge = self._usable_bridge()
-            if chunksize == 1:
-                futures = [bridge.submit(fn, args, {}) for args in items]
-            else:
-                futures = [bridge.submit(fn, (chunk,), {}, runner=_chunk_runner)
-                           for chunk in _chunks(items, chunksize)]
-        return _results_in_order(futures, end_time, chunked=chunksize > 1)
+            run = MapRun(bridge, fn, items, chunksize, bridge.worker_threads).start()
+            self._map_runs.add(run)
+        return run.results(end_time)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Finish the launch: every other rank stops once pending work is done."""
@@ -166,46 +171,16 @@ class Executor(cf.Executor):
         bridge = self._bridge
         if bridge is None:
             return
+        runs = list(self._map_runs)
         if cancel_futures:
+            for run in runs:
+                run.cancel()
             bridge.cancel_all()
         if wait:
+            for run in runs:
+                run.finished.wait()
             cf.wait(bridge.outstanding())
         self._session.finish(status)
-
-
-def _chunk_runner(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOutcome:
-    (chunk,) = args
-    return run_chunk(fn, chunk)
-
-
-def _chunks(items: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
-
-
-def _results_in_order(futures: list[TaskFuture], end_time: float | None,
-                      chunked: bool) -> Iterator[Any]:
-    """Yield results in submission order without keeping the ones yielded."""
-    futures.reverse()
-    try:
-        while futures:
-            future = futures.pop()
-            remaining = None if end_time is None else end_time - time.monotonic()
-            try:
-                value = future.result(remaining)
-            except BaseException:
-                future.cancel()
-                raise
-            del future
-            if not chunked:
-                yield value
-                continue
-            yield from value.values
-            if value.error is not None:
-                raise restore_traceback(value.error)
-    finally:
-        for future in futures:
-            future.cancel()
 
 
 def _refuse_foreign_futures(args: tuple, kwargs: dict) -> None:

@@ -43,13 +43,24 @@ class LocalWorkers:
     def alive(self) -> int:
         return sum(process.poll() is None for process in self.processes)
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Wait for the workers to leave after the scheduler closed; end stragglers."""
+    def stop(self, grace: float = 1.0) -> None:
+        """End the workers once the scheduler has closed.
+
+        A worker that already joined leaves by itself within moments; one still
+        starting up would keep trying to reach the vanished scheduler, so after
+        ``grace`` seconds the rest are terminated (nothing is lost: the
+        scheduler is gone).
+        """
         deadline = time.monotonic() + grace
         for process in self.processes:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                logger.warning("local worker %d did not exit in %g s; killing it", process.pid, grace)
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(grace)
+            except subprocess.TimeoutExpired:
+                logger.warning("local worker %d ignored SIGTERM; killing it", process.pid)
                 process.kill()
                 process.wait()

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "run_until_complete"]
 
 T = TypeVar("T")
 
@@ -74,3 +74,19 @@ class LoopThread:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if not self.in_loop_thread():
             self._thread.join(timeout)
+
+
+def run_until_complete(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a fresh event loop in this thread and return its result.
+
+    Unlike :func:`asyncio.run` this does not wait for the loop's default
+    executor at the end: a thread stuck in a blocking call must not keep a
+    rank alive after its work is done.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.close()

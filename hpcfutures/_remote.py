@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 import traceback
 from typing import Any, Callable
 
 from ._errors import RemoteTraceback
 
-__all__ = ["ChunkOutcome", "restore_traceback", "run_chunk", "run_task", "set_location"]
+__all__ = [
+    "ChunkOutcome", "restore_traceback", "run_chunk", "run_chunk_task", "run_task", "set_location",
+]
 
 _TRACEBACK_ATTR = "_hpcfutures_remote_traceback"
 
@@ -65,6 +68,8 @@ class ChunkOutcome:
 
     values: list
     error: BaseException | None = None
+    #: Seconds the chunk took on the worker: the client sizes later chunks by it.
+    seconds: float = 0.0
 
 
 def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
@@ -73,10 +78,16 @@ def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
     Stops at the first exception and returns it beside the results before it,
     so the client can yield those and raise at the right position.
     """
+    started = time.perf_counter()
     values = []
     for args in chunk:
         try:
             values.append(fn(*args))
         except Exception as exc:
-            return ChunkOutcome(values, _annotate(exc))
-    return ChunkOutcome(values)
+            return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
+    return ChunkOutcome(values, None, time.perf_counter() - started)
+
+
+def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOutcome:
+    """The Dask task of a ``map`` chunk: ``args`` is ``(chunk,)``."""
+    return run_chunk(fn, args[0])

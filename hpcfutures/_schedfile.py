@@ -85,6 +85,14 @@ class SchedulerFileExchange(AddressExchange):
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
 
+    def is_finished(self, info: SchedulerInfo) -> bool:
+        """Over when the scheduler retracted its file, tombstoned it, or was replaced."""
+        try:
+            current = self._read_quietly()
+        except SchedulerFileError:
+            return False
+        return current is None or current.finished or current.nonce != info.nonce
+
     # ----------------------------------------------------------------- lookup
     def lookup(self, timeout: float, stale: SchedulerInfo | None = None) -> SchedulerInfo:
         deadline = time.monotonic() + timeout

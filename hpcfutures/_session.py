@@ -29,6 +29,7 @@ from typing import Any
 from ._config import Settings
 from ._errors import LaunchFinished, StartupTimeoutError
 from ._logs import quiet_dask_logging
+from ._loop import run_until_complete
 from ._roles import Identity, Role, assign_role
 from .launchers import AddressExchange, Launcher, SchedulerInfo, detect_launcher, get_launcher
 
@@ -38,6 +39,8 @@ logger = logging.getLogger("hpcfutures")
 
 #: Seconds to wait for an answer when probing a published scheduler address.
 PROBE_TIMEOUT = 5.0
+#: Seconds between checks, while a worker registers, that the launch still runs.
+LAUNCH_OVER_POLL = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +122,7 @@ class Session:
             plan.launcher.before_worker(plan.identity)
             coro = _serve_worker(_dask, self.settings, plan, host, interface, timeout)
         try:
-            return asyncio.run(coro)
+            return run_until_complete(coro)
         except LaunchFinished as done:
             logger.info("rank %d: %s; nothing to do", plan.identity.rank, done)
             return 0
@@ -171,7 +174,7 @@ async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
     stop = asyncio.Event()
     _stop_on_signals(lambda signum: stop.set())
-    status = await _dask.run_worker(
+    service = _dask.WorkerService(
         info.address,
         name=f"rank-{identity.rank}",
         nthreads=settings.threads_per_worker or identity.threads or 1,
@@ -179,11 +182,39 @@ async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
         host=host,
         interface=interface,
         timeout=timeout,
-        stop=stop,
     )
+    if not await _join_while_launch_lasts(service, plan.exchange, info, stop):
+        return 0
+    status = await service.serve(stop)
     if status is None:
         return 143 if stop.is_set() else _dask.EXIT_FAILED
     return status
+
+
+async def _join_while_launch_lasts(service, exchange: AddressExchange, info: SchedulerInfo,
+                                   stop: asyncio.Event) -> bool:
+    """Register with the scheduler; False if the launch ended meanwhile.
+
+    A worker that starts just as a short launch finishes (or a late job-array
+    element) would otherwise retry a vanished scheduler until its deadline and
+    then report a failure that did not happen.
+    """
+    joining = asyncio.ensure_future(service.join())
+    while True:
+        done, _ = await asyncio.wait([joining], timeout=LAUNCH_OVER_POLL)
+        if done:
+            break
+        if stop.is_set() or exchange.is_finished(info):
+            joining.cancel()
+            await service.close("hpcfutures: the launch ended before this worker joined")
+            return False
+    try:
+        joining.result()
+    except Exception:
+        if exchange.is_finished(info):
+            return False
+        raise
+    return True
 
 
 async def find_scheduler(_dask, exchange: AddressExchange, timeout: float) -> SchedulerInfo:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -17,12 +16,13 @@ def main() -> None:
     sys.path[:] = config.pop("sys_path")
     from . import _dask
     from ._logs import quiet_dask_logging
+    from ._loop import run_until_complete
 
     quiet_dask_logging()
     from ._remote import set_location
 
     set_location(f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}")
-    status = asyncio.run(_dask.run_worker(config.pop("address"), **config))
+    status = run_until_complete(_dask.run_worker(config.pop("address"), **config))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if status is None else status)

@@ -97,6 +97,10 @@ class AddressExchange(abc.ABC):
     def finish(self, info: SchedulerInfo) -> None:
         """On the scheduler's process at shutdown: retract or tombstone the info."""
 
+    def is_finished(self, info: SchedulerInfo) -> bool:
+        """Whether the launch whose scheduler published ``info`` is over (cheap; polled)."""
+        return False
+
 
 class Launcher(abc.ABC):
     """A batch system or launcher that starts the same script N times.
@@ -138,7 +142,8 @@ class Launcher(abc.ABC):
         """Called on the client process just before it connects."""
 
     def lookup_timeout(self, identity: Identity) -> float:
-        """Seconds a process waits for the scheduler; arrays may wait longer."""
+        """Seconds a process waits for its peers (the scheduler, the client, a first
+        worker) to appear; job-array elements may wait longer in the queue."""
         return self.settings.timeout
 
     def client_finished(self, identity: Identity, exit_status: int) -> None:
