@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from ._errors import BrokenHPCExecutor
 from ._loop import LoopThread
-from ._remote import restore_traceback, run_chunk_task, run_task
+from ._bundles import Bundler
+from ._remote import pick, restore_traceback, run_chunk_task, run_task
 
 __all__ = ["TaskBridge", "TaskFuture"]
 
@@ -44,6 +45,8 @@ class TaskFuture(cf.Future):
         super().__init__()
         self._dask: Any = None
         self._bridge: TaskBridge | None = None
+        #: (bundle future, index) once sent inside a bundle (see _bundles.py).
+        self._bundle: tuple[TaskFuture, int] | None = None
 
 
 def _settle(future: cf.Future, result: Any = None, exception: BaseException | None = None) -> None:
@@ -76,6 +79,7 @@ class TaskBridge:
         self._closing = False
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
+        self._bundler = Bundler(self)
 
     # ------------------------------------------------------------ user thread
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
@@ -86,7 +90,10 @@ class TaskBridge:
             if self._broken is not None:
                 raise self._broken
             self._outstanding.add(future)
-            self._queue.append((future, runner, fn, args, kwargs))
+            if runner is run_task and not _mentions_task_future(args, kwargs):
+                self._bundler.hold(future, fn, args, kwargs)
+            else:
+                self._queue.append((future, runner, fn, args, kwargs))
             schedule = not self._flush_scheduled
             self._flush_scheduled = True
         future.add_done_callback(self._on_done)
@@ -115,22 +122,27 @@ class TaskBridge:
             asyncio.ensure_future(self._client.cancel([dask_future]))
 
     def _flush(self) -> None:
-        """Send every queued task in one graph per runner: one message, not one per task."""
+        """Send queued tasks (one graph per runner: one message, not one per task),
+        then let the bundler send what there is room for."""
         with self._lock:
             items = list(self._queue)
             self._queue.clear()
             self._flush_scheduled = False
+        self._send_queued(items)
+        self._bundler.pump()
+
+    def _send_queued(self, items: list[tuple]) -> None:
         groups: dict[Any, list] = {}
         for future, runner, fn, args, kwargs in items:
             if future.done():
                 continue
             try:
-                args, kwargs = _resolve(runner, args, kwargs)
+                args, kwargs = self._resolve(runner, args, kwargs)
             except _NotSentYet:
                 # A dependency is queued in this very batch: send what came before it.
                 self._send_groups(groups)
                 groups = {}
-                args, kwargs = _resolve(runner, args, kwargs)
+                args, kwargs = self._resolve(runner, args, kwargs)
             except Exception as err:
                 _settle(future, exception=_submission_error(fn, err))
                 continue
@@ -166,6 +178,58 @@ class TaskBridge:
         except Exception as err:
             _settle(future, exception=_submission_error(fn, err))
             return None
+
+    # ------------------------------------------------- services to the bundler
+    def launch_internal(self, runner: Callable[..., Any], args: tuple,
+                        name: str) -> TaskFuture | None:
+        """Send one task of the library's own (a bundle); None if it cannot be pickled."""
+        key = f"{self._prefix}{name}-{next(self._counter)}"
+        try:
+            dask_future = self._client.submit(runner, *args, key=key, pure=False)
+        except Exception:
+            logger.debug("could not send %s as one task", key, exc_info=True)
+            return None
+        internal = TaskFuture()
+        internal._dask = dask_future
+        asyncio.ensure_future(self._watch(dask_future, internal))
+        return internal
+
+    def launch_alone(self, future: TaskFuture, fn: Callable[..., Any], args: tuple,
+                     kwargs: dict) -> None:
+        """Send one user call as its own Dask task (its failure stays its own)."""
+        key = f"{self._prefix}{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
+        dask_future = self._send_one(run_task, (future, fn, args, kwargs, key))
+        if dask_future is not None:
+            future._dask = dask_future
+            asyncio.ensure_future(self._watch(dask_future, future))
+
+    settle = staticmethod(lambda future, result=None, exception=None:
+                          _settle(future, result, exception))
+
+    def _resolve(self, runner: Callable[..., Any], args: tuple,
+                 kwargs: dict) -> tuple[tuple, dict]:
+        """Arguments with this executor's futures replaced by Dask futures."""
+        handle = self._dask_handle
+        if runner is run_chunk_task:  # args == (chunk,): a list of per-item argument tuples
+            return ([_as_dependencies(item, handle) for item in args[0]],), kwargs
+        return _as_dependencies(args, handle), _as_dependencies(kwargs, handle)
+
+    def _dask_handle(self, future: TaskFuture) -> Any:
+        """The Dask future standing for ``future``'s result, made on demand."""
+        if future._dask is not None:
+            return future._dask
+        if future.cancelled():
+            raise cf.CancelledError("a future passed as an argument was cancelled")
+        if future._bundle is None and not future.done():
+            self._bundler.send_now(future)
+        if future._bundle is not None:
+            bundle, index = future._bundle
+            key = f"{self._prefix}pick-{next(self._counter)}"
+            future._dask = self._client.submit(pick, bundle._dask, index, key=key, pure=False)
+            return future._dask
+        if future.done():
+            return future.result()  # failed before it was sent: raises its error
+        raise _NotSentYet
 
     def worker_threads(self) -> int:
         """Worker threads in the cluster, from the client's cached scheduler info."""
@@ -238,50 +302,51 @@ class TaskBridge:
         self._closing = True
 
 
-def _resolve(runner: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Arguments with this executor's futures replaced by Dask's (see below)."""
-    if runner is run_chunk_task:  # args == (chunk,): a list of per-item argument tuples
-        return ([_as_dependencies(item) for item in args[0]],), kwargs
-    return _as_dependencies(args), _as_dependencies(kwargs)
+def _mentions_task_future(args: tuple, kwargs: dict) -> bool:
+    """Whether any argument (or an element of a list/tuple/dict argument) is a TaskFuture."""
+    for value in itertools.chain(args, kwargs.values()):
+        if isinstance(value, TaskFuture):
+            return True
+        if isinstance(value, (list, tuple)) and any(isinstance(v, TaskFuture) for v in value):
+            return True
+        if isinstance(value, dict) and any(isinstance(v, TaskFuture) for v in value.values()):
+            return True
+    return False
 
 
 class _NotSentYet(Exception):
     """A future used as an argument is still waiting in the submission queue."""
 
 
-def _as_dependencies(value: Any) -> Any:
-    """Replace this executor's futures in arguments by their Dask futures.
+def _as_dependencies(value: Any, handle: Callable[[TaskFuture], Any]) -> Any:
+    """Replace this executor's futures in arguments by ``handle(future)``.
 
     Looks at the arguments themselves and one level into lists, tuples and
     dicts, which covers ``submit(f, fut)`` and ``submit(f, [fut1, fut2])``.
     """
     if isinstance(value, TaskFuture):
-        if value._dask is None:
-            if value.cancelled():
-                raise cf.CancelledError("a future passed as an argument was cancelled")
-            if value.done():
-                return value.result()
-            raise _NotSentYet
-        return value._dask
+        return handle(value)
     if isinstance(value, tuple):
         if any(isinstance(v, (TaskFuture, list, tuple, dict)) for v in value):
-            return tuple(_one_level(v) for v in value)
+            return tuple(_one_level(v, handle) for v in value)
         return value
     if isinstance(value, dict):
-        return {k: _one_level(v) for k, v in value.items()}
+        return {k: _one_level(v, handle) for k, v in value.items()}
     return value
 
 
-def _one_level(value: Any) -> Any:
+def _one_level(value: Any, handle: Callable[[TaskFuture], Any]) -> Any:
+    def swap(v: Any) -> Any:
+        return handle(v) if isinstance(v, TaskFuture) else v
+
     if isinstance(value, TaskFuture):
-        return _as_dependencies(value)
+        return handle(value)
     if isinstance(value, list) and any(isinstance(v, TaskFuture) for v in value):
-        return [_as_dependencies(v) if isinstance(v, TaskFuture) else v for v in value]
+        return [swap(v) for v in value]
     if isinstance(value, tuple) and any(isinstance(v, TaskFuture) for v in value):
-        return tuple(_as_dependencies(v) if isinstance(v, TaskFuture) else v for v in value)
+        return tuple(swap(v) for v in value)
     if isinstance(value, dict) and any(isinstance(v, TaskFuture) for v in value.values()):
-        return {k: _as_dependencies(v) if isinstance(v, TaskFuture) else v
-                for k, v in value.items()}
+        return {k: swap(v) for k, v in value.items()}
     return value
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from ._bridge import TaskBridge
 from ._config import Settings
 from ._errors import StartupTimeoutError
+from ._logs import quiet_dask_logging
 from ._loop import LoopThread
 from ._roles import Role
 from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler
@@ -46,8 +47,11 @@ class ClientSide:
         self._previous_sigterm: Any = None
 
     def start(self) -> TaskBridge:
+        if self.plan.role is Role.STANDALONE:
+            self._spawn_local_workers()  # first: their start-up overlaps ours
         from . import _dask
 
+        quiet_dask_logging()
         self.loop = LoopThread()
         try:
             address = self._scheduler_address(_dask)
@@ -55,8 +59,8 @@ class ClientSide:
             timeout = self.settings.timeout
             self.client = self._run(_dask.connect_client(address, timeout),
                                     timeout, f"connecting to the scheduler at {address}")
-            if self.plan.role is Role.STANDALONE:
-                self._start_local_workers(address)
+            if self.local_workers is not None:
+                self._connect_local_workers(address)
             # Workers may still be queued (job-array elements): the launcher's wait.
             peers = self.plan.launcher.lookup_timeout(self.plan.identity)
             self._run(_dask.wait_for_workers(self.client, peers), peers,
@@ -86,20 +90,22 @@ class ClientSide:
                          timeout + PROBE_TIMEOUT + 1, plan.exchange.description)
         return info.address
 
-    def _start_local_workers(self, address: str) -> None:
+    def _spawn_local_workers(self) -> None:
         from ._localworkers import LocalWorkers
 
-        identity = self.plan.identity
-        host, interface = bind_address(self.settings, identity)
-        count = self.settings.max_workers or identity.local_workers or available_cores()
-        self.local_workers = LocalWorkers(count, {
+        count = self.settings.max_workers or self.plan.identity.local_workers or available_cores()
+        self.local_workers = LocalWorkers(count).spawn()
+
+    def _connect_local_workers(self, address: str) -> None:
+        host, interface = bind_address(self.settings, self.plan.identity)
+        self.local_workers.connect({
             "address": address,
-            "nthreads": self.settings.threads_per_worker or identity.threads or 1,
-            "memory_limit": self.settings.memory_limit or identity.memory_limit,
+            "nthreads": self.settings.threads_per_worker or 1,
+            "memory_limit": self.settings.memory_limit,
             "host": host,
             "interface": interface,
             "timeout": self.settings.timeout,
-        }).start()
+        })
 
     def _run(self, coro, timeout: float, what: str):
         assert self.loop is not None
@@ -155,10 +161,14 @@ class ClientSide:
             with contextlib.suppress(Exception):
                 self.plan.exchange.finish(self.info)
         if self.local_workers is not None:
+            self.local_workers.connect_abandoned()
             self.local_workers.stop()
         loop.stop()
         self.loop = None
 
 
 def _raise_system_exit(signum: int, frame: Any) -> None:
+    # Say why the client stops: otherwise the user sees only an exit status.
+    logger.warning("the client received %s (scancel, the job's time limit, or kill): "
+                   "cancelling its tasks and ending the launch", signal.Signals(signum).name)
     raise SystemExit(128 + signum)

@@ -247,7 +247,9 @@ async def connect_client(address: str, timeout: float, security: Any = None) -> 
         timeout=timeout,
         set_as_default=False,
         security=security,
-        direct_to_workers=False,
+        # Results come straight from the worker that holds them, not
+        # through the scheduler (a 40 MiB result crosses the network once).
+        direct_to_workers=True,
     )
     await client.scheduler.hpcfutures_register(client=client.id)
     return client

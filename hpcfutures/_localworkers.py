@@ -20,25 +20,44 @@ logger = logging.getLogger("hpcfutures")
 
 
 class LocalWorkers:
-    """``count`` local worker processes connected to ``address``."""
+    """``count`` local worker processes, started early and told the address later.
 
-    def __init__(self, count: int, config: dict) -> None:
+    The processes are spawned before the client has even imported Dask, so
+    their start-up (Python plus ``import distributed``) overlaps the client's;
+    :meth:`connect` then hands them the scheduler's address.
+    """
+
+    def __init__(self, count: int) -> None:
         self.count = count
-        self.config = config
         self.processes: list[subprocess.Popen] = []
 
-    def start(self) -> LocalWorkers:
-        for index in range(self.count):
-            config = {**self.config, "name": f"local-{index}", "sys_path": sys.path}
-            process = subprocess.Popen(
+    def spawn(self) -> LocalWorkers:
+        for _ in range(self.count):
+            self.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "hpcfutures._worker_process"],
                 stdin=subprocess.PIPE,
-            )
-            self.processes.append(process)
-            assert process.stdin is not None
-            process.stdin.write(json.dumps(config).encode())
-            process.stdin.close()
+            ))
         return self
+
+    def connect(self, config: dict) -> None:
+        """Send each process its worker configuration (address, name, sys.path)."""
+        for index, process in enumerate(self.processes):
+            assert process.stdin is not None
+            message = {**config, "name": f"local-{index}", "sys_path": sys.path}
+            try:
+                process.stdin.write(json.dumps(message).encode())
+                process.stdin.close()
+            except BrokenPipeError:
+                logger.warning("local worker %d exited before it could start", process.pid)
+
+    def connect_abandoned(self) -> None:
+        """Close the pipes of processes that never got an address, so they exit."""
+        for process in self.processes:
+            if process.stdin is not None and not process.stdin.closed:
+                try:
+                    process.stdin.close()
+                except BrokenPipeError:
+                    pass
 
     def alive(self) -> int:
         return sum(process.poll() is None for process in self.processes)

@@ -17,7 +17,8 @@ from typing import Any, Callable
 from ._errors import RemoteTraceback
 
 __all__ = [
-    "ChunkOutcome", "restore_traceback", "run_chunk", "run_chunk_task", "run_task", "set_location",
+    "BundleOutcome", "ChunkOutcome", "pick", "restore_traceback", "run_bundle", "run_chunk",
+    "run_chunk_task", "run_task", "set_location",
 ]
 
 _TRACEBACK_ATTR = "_hpcfutures_remote_traceback"
@@ -91,3 +92,36 @@ def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
 def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOutcome:
     """The Dask task of a ``map`` chunk: ``args`` is ``(chunk,)``."""
     return run_chunk(fn, args[0])
+
+
+@dataclasses.dataclass
+class BundleOutcome:
+    """The outcomes of several independent ``submit`` calls run as one Dask task.
+
+    ``results[i]`` is ``(True, value)`` or ``(False, exception)``; ``seconds[i]``
+    is how long call ``i`` took, which the client uses to size later bundles.
+    """
+
+    results: list
+    seconds: list
+
+
+def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:
+    """Run ``submit`` calls one after another; each succeeds or fails on its own."""
+    results, seconds = [], []
+    for fn, args, kwargs in calls:
+        started = time.perf_counter()
+        try:
+            results.append((True, fn(*args, **kwargs)))
+        except Exception as exc:
+            results.append((False, _annotate(exc)))
+        seconds.append(time.perf_counter() - started)
+    return BundleOutcome(results, seconds)
+
+
+def pick(outcome: BundleOutcome, index: int) -> Any:
+    """One call's value out of a bundle (when its future becomes an argument)."""
+    ok, value = outcome.results[index]
+    if ok:
+        return value
+    raise value

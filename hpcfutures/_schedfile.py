@@ -30,7 +30,7 @@ DEFAULT_TEMPLATE = "~/.hpcfutures/scheduler-{launch_id}.json"
 class Backoff:
     """Capped exponential back-off for the few waits that must poll."""
 
-    def __init__(self, first: float = 0.005, cap: float = 0.25) -> None:
+    def __init__(self, first: float = 0.005, cap: float = 0.1) -> None:
         self.delay, self.cap = first, cap
 
     def sleep(self, deadline: float) -> None:

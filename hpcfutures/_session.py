@@ -90,12 +90,12 @@ class Session:
 
     def start(self):
         """Play the role; returns a TaskBridge in the client process, else None."""
-        from . import _dask  # noqa: F401  (configures Dask's logging on import)
-
-        quiet_dask_logging(self.environ)
         plan = self._plan = negotiate(self.settings, self.environ)
         self.role = plan.role
         if plan.role in (Role.SCHEDULER, Role.WORKER):
+            from . import _dask  # noqa: F401  (configures Dask's logging on import)
+
+            quiet_dask_logging(self.environ)
             status = self._serve(plan)
             return self._leave(plan, status)
         from ._client import ClientSide

@@ -12,13 +12,17 @@ import sys
 def main() -> None:
     # Ctrl-C reaches the whole process group; the parent decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    config = json.loads(sys.stdin.read())
-    sys.path[:] = config.pop("sys_path")
+    # Import Dask while the parent is still starting the scheduler.
     from . import _dask
     from ._logs import quiet_dask_logging
     from ._loop import run_until_complete
 
     quiet_dask_logging()
+    text = sys.stdin.read()
+    if not text:  # the parent gave up before the scheduler started
+        os._exit(0)
+    config = json.loads(text)
+    sys.path[:] = config.pop("sys_path")
     from ._remote import set_location
 
     set_location(f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}")
