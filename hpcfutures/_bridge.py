@@ -31,6 +31,7 @@ from typing import Any, Callable
 from ._errors import BrokenHPCExecutor
 from ._loop import LoopThread
 from ._bundles import Bundler
+from ._durations import Durations
 from ._remote import pick, restore_traceback, run_chunk_task, run_task
 
 __all__ = ["TaskBridge", "TaskFuture"]
@@ -80,6 +81,8 @@ class TaskBridge:
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
         self._bundler = Bundler(self)
+        #: Seconds per call by function, shared by map chunks and submit bundles.
+        self.durations = Durations()
 
     # ------------------------------------------------------------ user thread
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,

@@ -34,13 +34,6 @@ __all__ = ["Bundler", "TARGET_SECONDS"]
 TARGET_SECONDS = 0.02
 #: Bundles in flight per worker thread: one running, one queued behind it.
 IN_FLIGHT_PER_THREAD = 2
-#: Weight of the newest measurement in a function's running estimate.
-SMOOTHING = 0.5
-
-
-def _function_key(fn: Callable[..., Any]) -> str:
-    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
-
 
 class Bundler:
     """Holds plain calls on the client and sends them in bundles (loop thread only,
@@ -52,7 +45,6 @@ class Bundler:
         #: Guards ``_held`` only; never held while a future is settled.
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._seconds: dict[str, float] = {}
 
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """Queue a call (any thread)."""
@@ -89,7 +81,7 @@ class Bundler:
             if future.done():  # cancelled while waiting here
                 self._held.popleft()
                 continue
-            estimate = self._seconds.get(_function_key(fn))
+            estimate = self._bridge.durations.get(fn)
             if estimate is None:  # unknown: goes alone, and gets measured
                 if not members:
                     members.append(self._held.popleft())
@@ -125,10 +117,7 @@ class Bundler:
     def _deliver(self, outcome: BundleOutcome, members: list[tuple]) -> None:
         for (future, fn, *_rest), (ok, value), seconds in zip(
                 members, outcome.results, outcome.seconds):
-            key = _function_key(fn)
-            previous = self._seconds.get(key)
-            self._seconds[key] = seconds if previous is None else (
-                previous + SMOOTHING * (seconds - previous))
+            self._bridge.durations.record(fn, seconds)
             if ok:
                 self._bridge.settle(future, result=value)
             else:

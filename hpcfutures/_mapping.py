@@ -34,8 +34,8 @@ __all__ = ["MapRun"]
 TARGET_SECONDS = 0.05
 #: Chunks in flight per worker thread: one running, one queued behind it.
 IN_FLIGHT_PER_THREAD = 2
-#: Weight of the newest measurement in the running per-item estimate.
-SMOOTHING = 0.5
+#: How much bigger than the previous chunk the next may be while learning.
+GROWTH = 16
 
 
 class MapRun:
@@ -51,7 +51,7 @@ class MapRun:
         self._min_chunk = chunksize
         self._next_size = chunksize
         self._threads = threads
-        self._seconds_per_item: float | None = None
+        self._durations = bridge.durations
         self._in_flight: dict[Any, int] = {}
         self._outcomes: dict[int, ChunkOutcome] = {}
         self._cond = threading.Condition()
@@ -84,11 +84,12 @@ class MapRun:
 
     def _chunk_size(self, budget: int) -> int:
         fair_share = max(1, len(self._pending) // budget)
-        if self._seconds_per_item is None:
+        estimate = self._durations.get(self._fn)
+        if estimate is None:
             wanted = self._next_size
         else:
-            wanted = int(TARGET_SECONDS / max(self._seconds_per_item, 1e-7))
-            wanted = min(wanted, self._next_size * 4)  # grow gradually, shrink at once
+            wanted = int(TARGET_SECONDS / max(estimate, 1e-7))
+            wanted = min(wanted, self._next_size * GROWTH)  # grow in steps, shrink at once
         size = max(self._min_chunk, min(wanted, fair_share))
         self._next_size = max(size, 1)
         return size
@@ -111,13 +112,8 @@ class MapRun:
             self._cond.notify_all()
 
     def _learn(self, outcome: ChunkOutcome) -> None:
-        if not outcome.values:
-            return
-        measured = outcome.seconds / len(outcome.values)
-        if self._seconds_per_item is None:
-            self._seconds_per_item = measured
-        else:
-            self._seconds_per_item += SMOOTHING * (measured - self._seconds_per_item)
+        if outcome.values:
+            self._durations.record(self._fn, outcome.seconds / len(outcome.values))
 
     def _check_finished(self) -> None:
         if not self._in_flight and (self._stopped or not self._pending):
