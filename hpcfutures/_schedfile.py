@@ -25,6 +25,8 @@ __all__ = ["SchedulerFileExchange", "default_scheduler_file", "Backoff"]
 logger = logging.getLogger("hpcfutures")
 
 DEFAULT_TEMPLATE = "~/.hpcfutures/scheduler-{launch_id}.json"
+#: Seconds a "launch finished" tombstone is kept before a later launch deletes it.
+TOMBSTONE_LIFETIME = 24 * 3600.0
 
 
 class Backoff:
@@ -72,6 +74,7 @@ class SchedulerFileExchange(AddressExchange):
     # ---------------------------------------------------------------- publish
     def publish(self, info: SchedulerInfo) -> None:
         _write_private(self.path, info.to_json())
+        _sweep_old_tombstones(self.path.parent)
 
     def finish(self, info: SchedulerInfo) -> None:
         current = self._read_quietly()
@@ -146,6 +149,21 @@ class SchedulerFileExchange(AddressExchange):
                 f"{self.path} is not a valid hpcfutures scheduler file ({err}); "
                 "remove it or choose another scheduler_file"
             ) from err
+
+
+def _sweep_old_tombstones(directory: Path, age: float = TOMBSTONE_LIFETIME) -> None:
+    """Delete tombstones of launches that ended long ago, so they don't pile up."""
+    cutoff = time.time() - age
+    try:
+        candidates = [p for p in directory.glob("scheduler-*.json") if p.stat().st_mtime < cutoff]
+    except OSError:
+        return
+    for path in candidates:
+        try:
+            if SchedulerInfo.from_json(path.read_text()).finished:
+                path.unlink()
+        except (OSError, ValueError, TypeError):
+            continue
 
 
 def _user() -> str:

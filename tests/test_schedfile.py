@@ -125,3 +125,16 @@ def test_default_path_is_per_user_and_per_launch():
     path = default_scheduler_file(None, {"launch_id": "local-abc", "user": "ann"})
     assert "local-abc" in path.name
     assert str(path).startswith(os.path.expanduser("~"))
+
+
+def test_old_tombstones_are_swept_when_a_scheduler_publishes(tmp_path):
+    old = SchedulerFileExchange(tmp_path / "scheduler-old.json", "old", rank=0, tombstone=True)
+    done = info("old")
+    old.publish(done)
+    old.finish(done)
+    day_ago = time.time() - 2 * 24 * 3600
+    os.utime(tmp_path / "scheduler-old.json", (day_ago, day_ago))
+    live = SchedulerFileExchange(tmp_path / "scheduler-live.json", "live", rank=0)
+    live.publish(info("live"))
+    assert not (tmp_path / "scheduler-old.json").exists()
+    assert (tmp_path / "scheduler-live.json").exists()

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .._errors import LauncherError
 from .._roles import Identity
-from ._base import Launcher
+from ._base import AddressExchange, Launcher
 
 __all__ = ["LocalLauncher", "RANK_VAR", "SIZE_VAR", "LAUNCH_ID_VAR"]
 
@@ -38,6 +38,15 @@ class LocalLauncher(Launcher):
     """N copies on this machine, started by ``hpcfutures run``."""
 
     name = "local"
+
+    def address_exchange(self, identity: Identity) -> AddressExchange:
+        """A scheduler file that ends as a tombstone: a copy that is still starting
+        when a short launch ends (say, the client failed at once) then exits 0 at
+        once instead of waiting for its deadline.  Launch ids are random, so an
+        old tombstone never matches a new launch."""
+        from .._schedfile import SchedulerFileExchange
+
+        return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
 
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> str | None:
