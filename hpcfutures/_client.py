@@ -20,7 +20,7 @@ from ._errors import StartupTimeoutError
 from ._logs import quiet_dask_logging
 from ._loop import LoopThread
 from ._roles import Role
-from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler
+from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler, start_scheduler
 from .launchers import SchedulerInfo
 from .launchers.embedded import available_cores
 
@@ -44,6 +44,7 @@ class ClientSide:
         self.info: SchedulerInfo | None = None
         self.local_workers: Any = None
         self.bridge: TaskBridge | None = None
+        self.credentials: dict[str, str] = {}
         self._previous_sigterm: Any = None
 
     def start(self) -> TaskBridge:
@@ -57,8 +58,9 @@ class ClientSide:
             address = self._scheduler_address(_dask)
             self.plan.launcher.before_client(self.plan.identity)
             timeout = self.settings.timeout
-            self.client = self._run(_dask.connect_client(address, timeout),
-                                    timeout, f"connecting to the scheduler at {address}")
+            self.client = self._run(
+                _dask.connect_client(address, timeout, _dask.make_security(self.credentials)),
+                timeout, f"connecting to the scheduler at {address}")
             if self.local_workers is not None:
                 self._connect_local_workers(address)
             # Workers may still be queued (job-array elements): the launcher's wait.
@@ -73,21 +75,22 @@ class ClientSide:
         return self.bridge
 
     def _scheduler_address(self, _dask) -> str:
+        """Start the scheduler here, or find the one another rank published."""
         plan = self.plan
         timeout = plan.launcher.lookup_timeout(plan.identity)
         if plan.role is Role.STANDALONE or self.settings.scheduler_in_client:
             host, interface = bind_address(self.settings, plan.identity)
             plan.launcher.before_scheduler(plan.identity)
-            self.service = self._run(
-                _dask.SchedulerService(host=host, interface=interface).start(),
+            self.service, info = self._run(
+                start_scheduler(_dask, self.settings, plan, host, interface),
                 self.settings.timeout, "starting the scheduler")
             if plan.exchange is not None:
-                self.info = SchedulerInfo(address=self.service.address,
-                                          launch_id=plan.identity.launch_id)
-                plan.exchange.publish(self.info)
-            return self.service.address
-        info = self._run(find_scheduler(_dask, plan.exchange, timeout),
-                         timeout + PROBE_TIMEOUT + 1, plan.exchange.description)
+                self.info = info
+                plan.exchange.publish(info)
+        else:
+            info = self._run(find_scheduler(_dask, plan.exchange, timeout),
+                             timeout + PROBE_TIMEOUT + 1, plan.exchange.description)
+        self.credentials = dict(info.security)
         return info.address
 
     def _spawn_local_workers(self) -> None:
@@ -105,6 +108,7 @@ class ClientSide:
             "host": host,
             "interface": interface,
             "timeout": self.settings.timeout,
+            "credentials": self.credentials,
         })
 
     def _run(self, coro, timeout: float, what: str):

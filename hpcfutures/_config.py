@@ -71,6 +71,8 @@ _OPTIONS = (
             "Worker processes started on the laptop default (default: one per core)."),
     _Option("timeout", 60.0, _to_positive_float,
             "Seconds any start-up wait may take before a StartupTimeoutError."),
+    _Option("array_timeout", 3600.0, _to_positive_float,
+            "Seconds job-array elements wait for each other (queues can take hours)."),
     _Option("scheduler_file", None, _to_optional_str,
             "Path (template: {launch_id}, {job_id}, {user}) of the scheduler file."),
     _Option("host", None, _to_optional_str,
@@ -83,6 +85,9 @@ _OPTIONS = (
             "Memory limit per worker, e.g. '4GiB' (default: the launcher's, else none)."),
     _Option("scheduler_in_client", False, _to_bool,
             "Run the scheduler inside the client process, so no rank is spent on it."),
+    _Option("security", True, _to_bool,
+            "TLS with per-launch credentials between all processes; false: plain TCP, "
+            "so anyone who can reach the scheduler's port can run code as you."),
     _Option("exit_when_done", True, _to_bool,
             "Non-client ranks exit the process when the client is done; if false, "
             "__enter__ returns None on them instead."),
@@ -98,12 +103,14 @@ class Settings:
     launcher: str | None
     max_workers: int | None
     timeout: float
+    array_timeout: float
     scheduler_file: str | None
     host: str | None
     interface: str | None
     threads_per_worker: int | None
     memory_limit: str | int | None
     scheduler_in_client: bool
+    security: bool
     exit_when_done: bool
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 

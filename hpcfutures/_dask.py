@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from distributed import Client, Scheduler, Worker
+from distributed import Client, Scheduler, Security, Worker
 from distributed.comm import connect
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 __all__ = [
     "EXIT_FAILED",
+    "make_security",
     "SchedulerService",
     "connect_client",
     "finish_client",
@@ -43,6 +45,23 @@ VERDICT_OP = "hpcfutures-verdict"
 EXIT_FAILED = 1
 #: Seconds a worker may take to close before its rank leaves regardless.
 CLOSE_TIMEOUT = 5.0
+
+
+def make_security(credentials: Mapping[str, str] | None) -> Security | None:
+    """Dask's TLS settings from a launch's credentials; None means plain TCP."""
+    if not credentials:
+        return None
+    cert, key = credentials["cert"], credentials["key"]
+    return Security(
+        require_encryption=True,
+        tls_ca_file=cert,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        tls_scheduler_cert=cert,
+        tls_scheduler_key=key,
+        tls_worker_cert=cert,
+        tls_worker_key=key,
+    )
 
 
 class Coordinator(SchedulerPlugin):
@@ -109,6 +128,7 @@ class SchedulerService:
         self._options = dict(
             host=host,
             interface=interface,
+            protocol="tls" if security is not None else None,
             port=0,
             dashboard=False,
             # Dask always serves some HTTP routes (health, metrics); keep them
@@ -168,6 +188,7 @@ class WorkerService:
             dashboard=False,
             death_timeout=timeout,
             security=security,
+            protocol="tls" if security is not None else None,
             resources=resources,
             validate=False,
         )

@@ -58,6 +58,9 @@ class Executor(cf.Executor):
             launcher's CPUs per task).
         memory_limit: Memory limit per worker, e.g. ``"4GiB"``.
         scheduler_in_client: Run the scheduler inside the client process.
+        security: TLS with per-launch credentials (default).  ``False`` means
+            plain TCP: anyone who can reach the scheduler's port can run code
+            as you.  Only for trusted, single-user networks.
         exit_when_done: On non-client ranks, exit the process when the client
             is done (default); if false, return and let ``__enter__`` give None.
     """
@@ -77,6 +80,7 @@ class Executor(cf.Executor):
         threads_per_worker: int | None = None,
         memory_limit: str | int | None = None,
         scheduler_in_client: bool | None = None,
+        security: bool | None = None,
         exit_when_done: bool | None = None,
     ) -> None:
         if max_workers is not None and max_workers <= 0:
@@ -92,6 +96,7 @@ class Executor(cf.Executor):
             "threads_per_worker": threads_per_worker,
             "memory_limit": memory_limit,
             "scheduler_in_client": scheduler_in_client,
+            "security": security,
             "exit_when_done": exit_when_done,
         })
         self._lock = threading.Lock()

@@ -117,7 +117,7 @@ class Session:
         timeout = plan.launcher.lookup_timeout(plan.identity)
         if plan.role is Role.SCHEDULER:
             plan.launcher.before_scheduler(plan.identity)
-            coro = _serve_scheduler(_dask, plan, host, interface, timeout)
+            coro = _serve_scheduler(_dask, self.settings, plan, host, interface, timeout)
         else:
             plan.launcher.before_worker(plan.identity)
             coro = _serve_worker(_dask, self.settings, plan, host, interface, timeout)
@@ -149,9 +149,29 @@ def _stop_on_signals(callback) -> None:
             loop.add_signal_handler(signum, callback, signum)
 
 
-async def _serve_scheduler(_dask, plan: Plan, host, interface, timeout: float) -> int:
-    service = await _dask.SchedulerService(host=host, interface=interface).start()
-    info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id)
+def launch_credentials(settings: Settings) -> dict[str, str]:
+    """Fresh TLS credentials for a new scheduler, or none when security is off."""
+    if not settings.security:
+        logger.warning("security=False: the scheduler accepts anyone who can reach its port")
+        return {}
+    from ._security import new_credentials
+
+    return new_credentials()
+
+
+async def start_scheduler(_dask, settings: Settings, plan: Plan, host, interface):
+    """Start a scheduler with fresh credentials; return it and what to publish."""
+    credentials = launch_credentials(settings)
+    service = await _dask.SchedulerService(
+        host=host, interface=interface, security=_dask.make_security(credentials)).start()
+    info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id,
+                         security=credentials)
+    return service, info
+
+
+async def _serve_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
+                           timeout: float) -> int:
+    service, info = await start_scheduler(_dask, settings, plan, host, interface)
     _stop_on_signals(lambda signum: service.coordinator.end(
         128 + signum, f"the scheduler received {signal.Signals(signum).name}"))
     try:
@@ -182,6 +202,7 @@ async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
         host=host,
         interface=interface,
         timeout=timeout,
+        security=_dask.make_security(info.security),
     )
     if not await _join_while_launch_lasts(service, plan.exchange, info, stop):
         return 0
@@ -230,7 +251,8 @@ async def find_scheduler(_dask, exchange: AddressExchange, timeout: float) -> Sc
                 f"answered within {timeout:g} s; it may have died: check the scheduler rank's output"
             )
         info = exchange.lookup(remaining, stale=stale)
-        if await _dask.probe(info.address, min(PROBE_TIMEOUT, max(remaining, 0.1))):
+        if await _dask.probe(info.address, min(PROBE_TIMEOUT, max(remaining, 0.1)),
+                             _dask.make_security(info.security)):
             return info
         logger.info("no scheduler answers at %s; treating it as stale", info.address)
         stale = info

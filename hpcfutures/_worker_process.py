@@ -26,7 +26,9 @@ def main() -> None:
     from ._remote import set_location
 
     set_location(f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}")
-    status = run_until_complete(_dask.run_worker(config.pop("address"), **config))
+    security = _dask.make_security(config.pop("credentials", None))
+    status = run_until_complete(
+        _dask.run_worker(config.pop("address"), security=security, **config))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if status is None else status)
