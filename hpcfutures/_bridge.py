@@ -284,6 +284,27 @@ class TaskBridge:
             else:
                 _settle(future, result=value)
 
+    async def watch_workers(self, deadline: float, interval: float = 1.0) -> None:
+        """Break the executor if tasks wait while no worker exists for ``deadline`` s.
+
+        Without this, work submitted after the last worker died (killed,
+        out of memory, node failure) would wait forever.
+        """
+        alone_since = None
+        loop = asyncio.get_running_loop()
+        while self._broken is None and not self._closing:
+            await asyncio.sleep(interval)
+            workers = (self._client.scheduler_info() or {}).get("n_workers", 1)
+            if workers or not self.outstanding():
+                alone_since = None
+                continue
+            alone_since = alone_since or loop.time()
+            if loop.time() - alone_since >= deadline:
+                self.break_executor(
+                    f"no worker has been connected for {deadline:g} s while "
+                    f"{len(self.outstanding())} task(s) waited: every worker is gone "
+                    "(killed, out of memory, or its node failed); see the workers' output")
+
     # ------------------------------------------------------------ any thread
     def break_executor(self, reason: str) -> None:
         """Fail every outstanding future: the executor can no longer run tasks."""

@@ -8,6 +8,7 @@ child processes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -71,6 +72,7 @@ class ClientSide:
             self._teardown(_dask.EXIT_FAILED)
             raise
         self.bridge = TaskBridge(self.loop, self.client, address)
+        self.loop.call_soon(asyncio.ensure_future, self.bridge.watch_workers(self.settings.timeout))
         self._catch_sigterm()
         return self.bridge
 

@@ -14,6 +14,8 @@ import time
 import traceback
 from typing import Any, Callable
 
+import cloudpickle
+
 from ._errors import RemoteTraceback
 
 __all__ = [
@@ -63,14 +65,54 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         raise _annotate(exc) from None
 
 
+def _unpicklable(what: str, err: Exception) -> TypeError:
+    return _annotate(TypeError(
+        f"{what} could not be pickled to send it back to the client: "
+        f"{type(err).__name__}: {err}. Return plain data (numbers, strings, "
+        "arrays, dataclasses...) rather than locks, files, sockets or generators"))
+
+
+def _dumps_or_none(value: Any) -> bytes | None:
+    try:
+        return cloudpickle.dumps(value)
+    except Exception:
+        return None
+
+
 @dataclasses.dataclass
 class ChunkOutcome:
-    """The results of a chunk of ``map`` items, up to the first that raised."""
+    """The results of a chunk of ``map`` items, up to the first that raised.
+
+    Pickled on the worker item by item if need be, so one unpicklable result
+    becomes that item's error instead of failing the whole chunk.
+    """
 
     values: list
     error: BaseException | None = None
     #: Seconds the chunk took on the worker: the client sizes later chunks by it.
     seconds: float = 0.0
+
+    def __getstate__(self) -> dict:
+        packed = _dumps_or_none((self.values, self.error))
+        if packed is None:
+            packed = cloudpickle.dumps(self._repaired())
+        return {"packed": packed, "seconds": self.seconds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.values, self.error = cloudpickle.loads(state["packed"])
+        self.seconds = state["seconds"]
+
+    def _repaired(self) -> tuple[list, BaseException | None]:
+        for index, value in enumerate(self.values):
+            try:
+                cloudpickle.dumps(value)
+            except Exception as err:
+                return self.values[:index], _unpicklable("a map result", err)
+        error = self.error
+        if error is not None and _dumps_or_none(error) is None:
+            error = RuntimeError(f"{type(error).__name__}: {error} (the exception itself "
+                                 "could not be pickled)")
+        return self.values, error
 
 
 def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
@@ -104,6 +146,27 @@ class BundleOutcome:
 
     results: list
     seconds: list
+
+    def __getstate__(self) -> dict:
+        packed = _dumps_or_none(self.results)
+        if packed is None:
+            packed = cloudpickle.dumps([_sendable(i, r) for i, r in enumerate(self.results)])
+        return {"packed": packed, "seconds": self.seconds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.results = cloudpickle.loads(state["packed"])
+        self.seconds = state["seconds"]
+
+
+def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
+    """``result`` if it pickles, else an error that says why it could not travel."""
+    ok, value = result
+    try:
+        cloudpickle.dumps(value)
+    except Exception as err:
+        what = "the task's result" if ok else f"the task's exception {type(value).__name__}"
+        return False, _unpicklable(what, err)
+    return result
 
 
 def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:

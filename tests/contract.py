@@ -245,6 +245,29 @@ def unpicklable_task_fails_on_its_future_and_executor_stays_usable(ex):
     assert ex.submit(square, 4).result(timeout=30) == 16
 
 
+def return_a_lock(_=None):
+    return threading.Lock()
+
+
+@check
+def unpicklable_result_fails_only_its_future(ex):
+    for _ in range(2):  # the second round is bundled with the good calls
+        futures = [ex.submit(square, i) for i in range(5)]
+        bad = ex.submit(return_a_lock)
+        futures += [ex.submit(square, i) for i in range(5, 10)]
+        error = bad.exception(timeout=30)
+        assert isinstance(error, TypeError) and "could not be pickled" in str(error), error
+        assert [f.result(timeout=30) for f in futures] == [i * i for i in range(10)]
+    results = ex.map(return_a_lock, range(3))
+    try:
+        next(results)
+    except TypeError as err:
+        assert "could not be pickled" in str(err)
+    else:
+        raise AssertionError("an unpicklable map result was yielded")
+    assert ex.submit(square, 3).result(timeout=30) == 9
+
+
 @check
 def foreign_futures_are_refused(ex):
     with cf.ThreadPoolExecutor(1) as pool:
