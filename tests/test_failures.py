@@ -1,0 +1,95 @@
+"""The failure matrix under ``hpcfutures run``: each fault injected for real.
+
+Each test starts a launch, waits for the client to say READY, injects the
+fault (SIGKILL of one rank), and checks the outcome, the time it took, and
+that no process is left behind.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
+
+
+def rank_pid(marker: str, rank: int) -> int:
+    wanted = {f"{MARKER_VAR}={marker}".encode(), f"HPCFUTURES_RANK={rank}".encode()}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                environ = set(open(f"/proc/{entry}/environ", "rb").read().split(b"\0"))
+            except OSError:
+                continue
+            if wanted <= environ:
+                return int(entry)
+    raise AssertionError(f"no process for rank {rank}")
+
+
+class Launch:
+    def __init__(self, n: int, job: str, env: dict | None = None):
+        self.marker = uuid.uuid4().hex
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hpcfutures", "run", "-n", str(n), sys.executable,
+             str(JOBS / job)],
+            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: self.marker,
+                 **(env or {})})
+
+    def wait_ready(self) -> None:
+        line = self.process.stdout.readline()
+        assert line.strip() == "READY", line
+
+    def kill_rank(self, rank: int) -> float:
+        os.kill(rank_pid(self.marker, rank), signal.SIGKILL)
+        return time.monotonic()
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, err = self.process.communicate()
+            pytest.fail(f"the launch did not end within {timeout} s:\n{out}\n{err}")
+        finally:
+            assert_no_leftovers(self.marker)
+        return self.process.returncode, out, err
+
+
+@pytest.mark.timeout(90)
+def test_client_killed_the_other_ranks_exit_within_30_s():
+    launch = Launch(4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
+    launch.wait_ready()
+    killed_at = launch.kill_rank(1)
+    code, out, err = launch.finish(timeout=60)
+    elapsed = time.monotonic() - killed_at
+    print(f"client SIGKILL -> launch returned in {elapsed:.1f} s")
+    assert code != 0
+    assert elapsed < 30, f"{elapsed:.1f} s"
+
+
+@pytest.mark.timeout(90)
+def test_scheduler_killed_pending_futures_fail_with_broken_executor():
+    launch = Launch(4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
+    launch.wait_ready()
+    killed_at = launch.kill_rank(0)
+    code, out, err = launch.finish(timeout=60)
+    elapsed = time.monotonic() - killed_at
+    print(f"scheduler SIGKILL -> launch returned in {elapsed:.1f} s")
+    assert "CLIENT SAW BrokenHPCExecutor" in out, (out, err)
+    assert code != 0
+    assert elapsed < 30, f"{elapsed:.1f} s"
+
+
+@pytest.mark.timeout(120)
+def test_worker_killed_mid_map_every_result_is_still_correct():
+    launch = Launch(5, "map_job.py")
+    launch.wait_ready()
+    launch.kill_rank(2)
+    code, out, err = launch.finish(timeout=90)
+    assert "RESULTS OK" in out, (out, err)
+    assert code != 0  # the killed copy failed, and the launcher says so
