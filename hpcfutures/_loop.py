@@ -42,6 +42,7 @@ class LoopThread:
         try:
             loop.run_forever()
         finally:
+            _cancel_leftover_tasks(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
@@ -60,6 +61,8 @@ class LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done() and not future.cancelled():
+                raise  # the coroutine's own TimeoutError (same class since Python 3.11)
             future.cancel()
             raise TimeoutError(f"no answer within {timeout} s") from None
 
@@ -76,6 +79,16 @@ class LoopThread:
             self._thread.join(timeout)
 
 
+def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop, grace: float = 1.0) -> None:
+    """Cancel what still runs on a stopping loop, and let it unwind briefly."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        waiting = asyncio.gather(*tasks, return_exceptions=True)
+        loop.run_until_complete(asyncio.wait([waiting], timeout=grace))
+
+
 def run_until_complete(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on a fresh event loop in this thread and return its result.
 
@@ -87,6 +100,5 @@ def run_until_complete(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return loop.run_until_complete(coro)
     finally:
-        for task in asyncio.all_tasks(loop):
-            task.cancel()
+        _cancel_leftover_tasks(loop)
         loop.close()
