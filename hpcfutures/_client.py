@@ -18,7 +18,7 @@ from typing import Any
 from ._bridge import TaskBridge
 from ._config import Settings
 from ._errors import StartupTimeoutError
-from ._logs import quiet_dask_logging
+from ._logs import configure_rank_logging, quiet_dask_logging
 from ._loop import LoopThread
 from ._roles import Role
 from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler, start_scheduler
@@ -54,6 +54,9 @@ class ClientSide:
         from . import _dask
 
         quiet_dask_logging()
+        if self.plan.role is not Role.STANDALONE:
+            configure_rank_logging(self.plan.identity.rank, self.plan.role.value,
+                                   self.plan.identity.launch_id)
         self.loop = LoopThread()
         try:
             address = self._scheduler_address(_dask)
@@ -102,11 +105,13 @@ class ClientSide:
         self.local_workers = LocalWorkers(count).spawn()
 
     def _connect_local_workers(self, address: str) -> None:
-        host, interface = bind_address(self.settings, self.plan.identity)
+        identity = self.plan.identity
+        host, interface = bind_address(self.settings, identity)
         self.local_workers.connect({
             "address": address,
-            "nthreads": self.settings.threads_per_worker or 1,
-            "memory_limit": self.settings.memory_limit,
+            "nthreads": self.settings.threads_per_worker or identity.threads or 1,
+            # e.g. a Slurm batch script's --mem shared among its local workers
+            "memory_limit": self.settings.memory_limit or identity.memory_limit,
             "host": host,
             "interface": interface,
             "timeout": self.settings.timeout,
@@ -174,6 +179,9 @@ class ClientSide:
 
 
 def _raise_system_exit(signum: int, frame: Any) -> None:
+    # Once only: Slurm's time limit sends SIGTERM twice, and a second SystemExit
+    # would abort the orderly shutdown the first one started (then SIGKILL).
+    signal.signal(signum, signal.SIG_IGN)
     # Say why the client stops: otherwise the user sees only an exit status.
     logger.warning("the client received %s (scancel, the job's time limit, or kill): "
                    "cancelling its tasks and ending the launch", signal.Signals(signum).name)

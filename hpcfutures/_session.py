@@ -28,7 +28,7 @@ from typing import Any
 
 from ._config import Settings
 from ._errors import LaunchFinished, StartupTimeoutError
-from ._logs import quiet_dask_logging
+from ._logs import configure_rank_logging, quiet_dask_logging
 from ._loop import run_until_complete
 from ._roles import Identity, Role, assign_role
 from .launchers import AddressExchange, Launcher, SchedulerInfo, detect_launcher, get_launcher
@@ -96,6 +96,8 @@ class Session:
             from . import _dask  # noqa: F401  (configures Dask's logging on import)
 
             quiet_dask_logging(self.environ)
+            configure_rank_logging(plan.identity.rank, plan.role.value,
+                                   plan.identity.launch_id, self.environ)
             status = self._serve(plan)
             return self._leave(plan, status)
         from ._client import ClientSide

@@ -158,3 +158,26 @@ def test_info_reports_a_bad_environment_instead_of_crashing():
            "HPCFUTURES_TIMEOUT": "never"}
     job = run_job([sys.executable, "-m", "hpcfutures", "info"], env=env, timeout=30)
     assert job.returncode != 0 and "HPCFUTURES_TIMEOUT" in (job.stdout + job.stderr)
+
+
+@pytest.mark.timeout(120)
+def test_a_successful_launch_prints_nothing_but_the_results():
+    job = hpcfutures_run(4, ROOT / "examples" / "monte_carlo.py", timeout=90)
+    assert job.returncode == 0, job
+    assert job.stderr.strip() == "", f"noise on stderr:\n{job.stderr}"
+    assert job.stdout.count("\n") == 1
+
+
+@pytest.mark.timeout(120)
+def test_log_dir_gets_one_tagged_file_per_rank(tmp_path):
+    job = hpcfutures_run(4, JOBS / "fail_job.py", timeout=90,
+                         env={"HPCFUTURES_LOG_DIR": str(tmp_path)})
+    assert job.returncode != 0
+    (launch_dir,) = tmp_path.iterdir()
+    names = sorted(p.name for p in launch_dir.iterdir())
+    assert names == ["rank-0-scheduler.log", "rank-1-client.log",
+                     "rank-2-worker.log", "rank-3-worker.log"], names
+    scheduler_log = (launch_dir / "rank-0-scheduler.log").read_text()
+    assert "[rank 0 scheduler]" in scheduler_log
+    assert "the client failed (exit status 1)" in scheduler_log
+    assert "[rank 0 scheduler] WARNING" in job.stderr  # the pointer also reaches the console
