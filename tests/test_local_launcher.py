@@ -181,3 +181,15 @@ def test_log_dir_gets_one_tagged_file_per_rank(tmp_path):
     assert "[rank 0 scheduler]" in scheduler_log
     assert "the client failed (exit status 1)" in scheduler_log
     assert "[rank 0 scheduler] WARNING" in job.stderr  # the pointer also reaches the console
+
+
+@pytest.mark.timeout(120)
+def test_exit_when_done_false_returns_on_every_rank_with_none():
+    job = hpcfutures_run(4, JOBS / "return_job.py", timeout=90)
+    assert job.returncode == 0, job
+    assert "RESULT 15" in job.stdout
+    after = sorted(line for line in job.stdout.splitlines() if line.startswith("AFTER"))
+    assert after == ["AFTER rank=0 role=scheduler client=False",
+                     "AFTER rank=1 role=client client=True",
+                     "AFTER rank=2 role=worker client=False",
+                     "AFTER rank=3 role=worker client=False"], job
