@@ -1,0 +1,144 @@
+"""The benchmark workload: the same steps for every executor, through ``concurrent.futures`` only.
+
+A job script (``benchmarks/jobs/*.py``) builds its executor the way its library documents, then
+calls :func:`run_workload`, which times each step, checks each result and prints one line
+
+    BENCH {"t_ready": ..., "t_last": ..., "phases": {...}, "errors": [...]}
+
+on the client's standard output.  Times named ``t_*`` are wall-clock (``time.time()``) so that the
+harness can compare them with the launcher's start (``BENCH_T0``) and return; step durations are
+measured with ``time.perf_counter()``.
+
+Steps (``QUICK``-sized when ``BENCH_QUICK=1``):
+
+1. ready       the executor's set-up plus one ``submit(inc, 0).result()``: the first moment the
+               client has demonstrably run something;
+2. map         ``list(ex.map(inc, range(N)))``;
+3. map_chunked the same with ``chunksize=64`` (skipped where the executor ignores chunksize);
+4. submit      ``[f.result() for f in [ex.submit(inc, i) for i in range(N)]]``;
+   raw_submit  (Dask peers only) the same with ``client.submit`` and ``client.gather``;
+5. sleep       ``list(ex.map(sleep10ms, range(S)))``;
+6. payload     ``ex.submit(identity, payload).result()`` with a ``PAYLOAD_MIB`` bytes object.
+
+Only this module's functions are sent to workers, so it must be importable there: the harness
+puts the repository's root on ``PYTHONPATH`` (``benchmarks.workload``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Sizes", "identity", "inc", "report", "run_workload", "sizes_from_env", "sleep10ms"]
+
+#: Prefix of the line the client prints with its measurements.
+BENCH_PREFIX = "BENCH "
+#: Environment variables set by the harness.
+T0_VAR = "BENCH_T0"
+QUICK_VAR = "BENCH_QUICK"
+CHUNKSIZE = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How much work each step does."""
+
+    trivial: int = 2000        # tasks in the map / submit steps
+    sleeps: int = 200          # 10 ms tasks
+    payload_mib: int = 40      # size of the bytes argument sent and returned
+
+
+QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1)
+
+
+def sizes_from_env(environ=os.environ) -> Sizes:
+    """Full sizes, or the reduced ones when the harness runs with ``--quick``."""
+    return QUICK if environ.get(QUICK_VAR) == "1" else Sizes()
+
+
+# --------------------------------------------------------------- the tasks
+def inc(x: int) -> int:
+    return x + 1
+
+
+def sleep10ms(x: int) -> int:
+    time.sleep(0.01)
+    return x
+
+
+def identity(x: Any) -> Any:
+    return x
+
+
+# --------------------------------------------------------------- the steps
+class Recorder:
+    """Collects wall-clock marks, step durations and failed checks."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        self.phases: dict[str, dict[str, float]] = {}
+        self.errors: list[str] = []
+
+    def mark(self, name: str) -> None:
+        self.marks[f"t_{name}"] = time.time()
+
+    def step(self, name: str, action: Callable[[], Any], check: Callable[[Any], bool],
+             tasks: int | None = None) -> None:
+        """Time ``action()``; record seconds (and tasks/s); a wrong result or error is recorded."""
+        started = time.perf_counter()
+        try:
+            value = action()
+        except Exception as err:  # a failing step is reported, the others still run
+            self.errors.append(f"{name}: {type(err).__name__}: {err}")
+            return
+        seconds = time.perf_counter() - started
+        if not check(value):
+            self.errors.append(f"{name}: wrong result")
+            return
+        entry = {"seconds": seconds}
+        if tasks:
+            entry["tasks_per_s"] = tasks / seconds
+        self.phases[name] = entry
+
+
+def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool = True,
+                 raw_client: Any = None) -> None:
+    """Run steps 1-6 on ``ex`` (already created; ``rec`` holds its ``t_executor`` mark)."""
+    rec.step("first_task", lambda: ex.submit(inc, 0).result(), lambda v: v == 1)
+    rec.mark("ready")
+    n = sizes.trivial
+    expected = list(range(1, n + 1))
+    rec.step("map", lambda: list(ex.map(inc, range(n))), expected.__eq__, n)
+    if chunksize_supported:
+        rec.step("map_chunked", lambda: list(ex.map(inc, range(n), chunksize=CHUNKSIZE)),
+                 expected.__eq__, n)
+
+    def submit_loop():
+        fs = [ex.submit(inc, i) for i in range(n)]
+        return [f.result() for f in fs]
+
+    rec.step("submit", submit_loop, expected.__eq__, n)
+    if raw_client is not None:
+        def raw_submit_loop():
+            fs = [raw_client.submit(inc, i, pure=False) for i in range(n)]
+            return raw_client.gather(fs)
+
+        rec.step("raw_submit", raw_submit_loop, expected.__eq__, n)
+    s = sizes.sleeps
+    rec.step("sleep", lambda: list(ex.map(sleep10ms, range(s))), list(range(s)).__eq__)
+    payload = os.urandom(sizes.payload_mib << 20)
+    rec.step("payload", lambda: ex.submit(identity, payload).result(), payload.__eq__)
+    rec.mark("last")
+
+
+def report(rec: Recorder, **extra: Any) -> None:
+    """Print the one ``BENCH`` line the harness reads (call just before leaving the ``with``)."""
+    record = {**rec.marks, "phases": rec.phases, "errors": rec.errors,
+              "pid": os.getpid(), **extra}
+    sys.stdout.write(BENCH_PREFIX + json.dumps(record) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,91 @@
+"""The benchmark harness runs and reports (benchmarks/run.py); speed itself is never asserted.
+
+Only the laptop default and ProcessPoolExecutor are launched, on a reduced workload, so the
+peers (dask-jobqueue, dask-mpi, Slurm, MPI) are not needed.
+"""
+
+import json
+import sys
+
+import pytest
+
+from conftest import ROOT, run_job
+
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import report, runners  # noqa: E402
+from benchmarks.workload import QUICK, Sizes  # noqa: E402
+
+HARNESS = ROOT / "benchmarks" / "run.py"
+FIGURES = {"ready", "map", "map_chunked", "submit", "sleep", "payload", "shutdown", "total"}
+
+
+@pytest.mark.timeout(90)
+def test_quick_run_writes_the_table_and_the_json(tmp_path):
+    results, tables = tmp_path / "results.json", tmp_path / "README.md"
+    intro = ("# Results\n"
+             "Between `<!-- benchmark-table:begin -->` and `<!-- benchmark-table:end -->`:\n")
+    tables.write_text(intro + "<!-- benchmark-table:begin -->\nold\n"
+                      "<!-- benchmark-table:end -->\nkept\n")
+    job = run_job([sys.executable, HARNESS, "--repeat", "1", "--quick",
+                   "--only", "hpcfutures-laptop,processpool",
+                   "--json", results, "--markdown", tables], timeout=75)
+    assert job.returncode == 0, job
+
+    data = json.loads(results.read_text())
+    assert set(data["runners"]) == {"hpcfutures-laptop", "processpool"}
+    for name, result in data["runners"].items():
+        assert result["status"] == "1/1", (name, result["status"], job)
+        (run,) = result["runs"]
+        assert run["error"] is None and run["bench"]["errors"] == [], run
+        assert FIGURES <= set(run["figures"]) and FIGURES <= set(result["medians"])
+        assert all(value > 0 for value in run["figures"].values()), run["figures"]
+    assert data["meta"]["quick"] is True and data["sizes"]["trivial"] == QUICK.trivial
+    assert {entry["target"] for entry in data["targets"]} and "hpcfutures-laptop" in data["ratios"]
+
+    assert "| hpcfutures, `python job.py` (Executor(2)) | 1/1 |" in job.stdout
+    assert "| ProcessPoolExecutor(2) | 1/1 |" in job.stdout
+    assert "| target | reference (median) | laptop |" in job.stdout
+    written = tables.read_text()
+    assert written.startswith(intro + "<!-- benchmark-table:begin -->\nBenchmark of ")
+    assert "old" not in written and written.endswith("<!-- benchmark-table:end -->\nkept\n")
+
+
+@pytest.mark.timeout(30)
+def test_unknown_runner_is_refused(tmp_path):
+    job = run_job([sys.executable, HARNESS, "--only", "hpcfutures-laptop,nope",
+                   "--json", tmp_path / "r.json"], timeout=25)
+    assert job.returncode == 2 and "unknown runner(s) nope" in job.stderr, job
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_missing_peer_is_reported_as_not_installed():
+    check = runners._module("hpcfutures_no_such_peer", "no-such-peer")
+    assert check() == "not installed: pip install no-such-peer"
+
+
+def _result(name, is_hpcfutures, medians, unavailable=None):
+    return {"name": name, "title": name, "short": name, "is_hpcfutures": is_hpcfutures,
+            "unavailable": unavailable, "status": unavailable or "1/1", "runs": [],
+            "medians": medians}
+
+
+def test_targets_compare_hpcfutures_with_each_peer():
+    results = {
+        "hpcf": _result("hpcf", True, {"map": 5000.0, "sleep": 1.2, "ready": 0.5,
+                                       "shutdown": 0.1, "total": 2.0}),
+        "mpi4py-futures": _result("mpi4py-futures", False, {"map": 4000.0}),
+        "slurmrunner": _result("slurmrunner", False, {}, "not installed: pip install x"),
+    }
+    targets = {entry["metric"] + ":" + str(entry["peer"]): entry["runners"]["hpcf"]
+               for entry in report.evaluate_targets(results, Sizes())}
+    assert targets["map:mpi4py-futures"] == {"value": 5000.0, "compared": 1.25, "met": True}
+    assert targets["sleep:None"]["met"] is False                  # 1.2 s > 1.08 s
+    assert targets["shutdown:None"]["met"] is True
+    assert targets["ready:slurmrunner"]["met"] is None            # peer not installed
+    text = report.markdown(results, report.evaluate_targets(results, Sizes()),
+                           Sizes(), {"date": "d", "machine": "m", "command": "c",
+                                            "repeat": 1})
+    assert "| slurmrunner | not installed: pip install x |" in text
+    assert "1.25× met" in text and "1.200 s **not met**" in text
+    assert "| ready ≤ 0.7× SLURMRunner | slurmrunner: not installed: pip install x |" in text
