@@ -66,7 +66,8 @@ def _info(as_json: bool) -> int:
         if plan.role is Role.STANDALONE:
             from .launchers.embedded import available_cores
 
-            report["local_workers"] = settings.max_workers or available_cores()
+            report["local_workers"] = (settings.max_workers or identity.local_workers
+                                       or available_cores())
     report["settings"] = {
         name: {"value": getattr(settings, name), "source": source}
         for name, source in settings.sources.items()

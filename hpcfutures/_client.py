@@ -74,7 +74,8 @@ class ClientSide:
         except BaseException:
             self._teardown(_dask.EXIT_FAILED)
             raise
-        self.bridge = TaskBridge(self.loop, self.client, address)
+        threads = self.loop.run_sync(_total_threads(self.client), self.settings.timeout)
+        self.bridge = TaskBridge(self.loop, self.client, address, threads)
         self.loop.call_soon(asyncio.ensure_future, self.bridge.watch_workers(self.settings.timeout))
         self._catch_sigterm()
         return self.bridge
@@ -176,6 +177,11 @@ class ClientSide:
             self.local_workers.stop()
         loop.stop()
         self.loop = None
+
+
+async def _total_threads(client: Any) -> int:
+    """Worker threads right now (the client's cached info, read on its own loop)."""
+    return int((client.scheduler_info() or {}).get("total_threads") or 1)
 
 
 def _raise_system_exit(signum: int, frame: Any) -> None:

@@ -66,7 +66,8 @@ class _Option:
 
 _OPTIONS = (
     _Option("launcher", None, _to_optional_str,
-            "Force a launcher plug-in by name (local, slurm, mpi, embedded); default: detect."),
+            "Force a launcher plug-in: a built-in name (see 'hpcfutures info' and the docs' "
+            "launcher list) or 'package.module:ClassName'; default: detect."),
     _Option("max_workers", None, _to_positive_int,
             "Worker processes started on the laptop default (default: one per core)."),
     _Option("timeout", 60.0, _to_positive_float,

@@ -44,8 +44,9 @@ class Executor(cf.Executor):
         max_workers: Worker processes on the laptop default (default: one per
             core).  Under a launcher the number of workers is the number of
             ranks minus the scheduler and the client.
-        launcher: Force a launcher plug-in (``"local"``, ``"slurm"``, ``"mpi"``,
-            ``"embedded"``); default: detect from the environment.
+        launcher: Force a launcher plug-in: a built-in name such as ``"local"``,
+            ``"slurm"``, ``"mpi"`` or ``"embedded"``, or ``"package.module:Class"``
+            for your own; default: detect from the environment.
         timeout: Seconds every start-up wait may take (default 60).
         array_timeout: Seconds job-array elements wait for each other, since
             the queue may start them hours apart (default 3600).
@@ -113,7 +114,10 @@ class Executor(cf.Executor):
 
     @property
     def role(self) -> str:
-        """This process's role: ``client``, ``scheduler``, ``worker`` or ``standalone``."""
+        """The role this process plays in the launch.
+
+        One of ``"client"``, ``"scheduler"``, ``"worker"`` or ``"standalone"``.
+        """
         return self._session.role.value
 
     # ---------------------------------------------------------------- context

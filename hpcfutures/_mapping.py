@@ -66,6 +66,12 @@ class MapRun:
 
     def _feed(self) -> None:
         """Send chunks until the in-flight budget is used (call with the lock held)."""
+        if self._stopped:
+            # Cancelling runs this in the user's thread with the lock held; asking
+            # for the thread count would then wait for the loop, whose callbacks
+            # wait for the lock: a deadlock on scancel mid-map.
+            self._check_finished()
+            return
         budget = IN_FLIGHT_PER_THREAD * max(1, self._threads())
         while not self._stopped and self._pending and len(self._in_flight) < budget:
             size = self._chunk_size(budget)

@@ -49,6 +49,9 @@ class Identity:
     threads: int | None = None
     memory_limit: str | int | None = None
     gpus: str | None = None
+    #: Worker processes a standalone process starts (e.g. the CPUs a Slurm
+    #: batch script was given); None: one per available core.
+    local_workers: int | None = None
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
     reasons: tuple[str, ...] = ()
 

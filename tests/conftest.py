@@ -97,8 +97,14 @@ def run_job(command, *, timeout: float = 90, env: dict | None = None,
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
+        # SIGTERM first: srun then ends its step and frees the allocation,
+        # where a SIGKILLed srun would leave it running and starve later tests.
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
         for pid, _ in processes_with_marker(marker):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -121,6 +127,18 @@ def hpcfutures_run(n: int, *args, **kwargs) -> Job:
 
 def have_command(name: str) -> bool:
     return shutil.which(name) is not None
+
+
+def slurm_is_up() -> bool:
+    """A Slurm controller answers and its default partition is up (ci/slurm-up.sh)."""
+    if not have_command("sinfo") or not have_command("srun"):
+        return False
+    try:
+        result = subprocess.run(["sinfo", "-h", "-o", "%a"], capture_output=True, text=True,
+                                timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0 and "up" in result.stdout.split()
 
 
 def contract_passed(job: Job) -> bool:
