@@ -66,7 +66,7 @@ def _settle(future: cf.Future, result: Any = None, exception: BaseException | No
 class TaskBridge:
     """Submits tasks to Dask from any thread and settles their futures."""
 
-    def __init__(self, loop: LoopThread, client: Any, address: str) -> None:
+    def __init__(self, loop: LoopThread, client: Any, address: str, threads: int = 1) -> None:
         self._loop = loop
         self._client = client
         self._address = address
@@ -80,6 +80,7 @@ class TaskBridge:
         self._closing = False
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
+        self._total_threads = max(1, threads)
         self._bundler = Bundler(self)
         #: Seconds per call by function, shared by map chunks and submit bundles.
         self.durations = Durations()
@@ -235,9 +236,19 @@ class TaskBridge:
         raise _NotSentYet
 
     def worker_threads(self) -> int:
-        """Worker threads in the cluster, from the client's cached scheduler info."""
+        """Worker threads in the cluster, as last seen by the loop thread.
+
+        Any thread may ask; none but the loop thread touches the Dask client
+        (from another thread its methods turn into blocking calls into the
+        loop, which deadlocks when the loop waits on the caller).
+        """
+        return self._total_threads
+
+    def _refresh_cluster_size(self) -> int:
+        """Read the client's cached scheduler info (loop thread); return the worker count."""
         info = self._client.scheduler_info() or {}
-        return int(info.get("total_threads") or 1)
+        self._total_threads = int(info.get("total_threads") or 1)
+        return int(info.get("n_workers", 1))
 
     async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
         exception = await dask_future.exception()
@@ -294,7 +305,7 @@ class TaskBridge:
         loop = asyncio.get_running_loop()
         while self._broken is None and not self._closing:
             await asyncio.sleep(interval)
-            workers = (self._client.scheduler_info() or {}).get("n_workers", 1)
+            workers = self._refresh_cluster_size()
             if workers or not self.outstanding():
                 alone_since = None
                 continue

@@ -70,21 +70,28 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
 
 
 def _supervise(processes: list[subprocess.Popen], client: int, grace: float) -> int:
+    signalled: list[float] = []
+    changed = threading.Event()
+
     def forward(signum: int, frame: object) -> None:
+        signalled.append(time.monotonic())
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signum)
+        changed.set()
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _wait_all(processes, client, grace)
+        return _wait_all(processes, client, grace, signalled, changed)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _wait_all(processes: list[subprocess.Popen], client: int, grace: float) -> int:
-    changed = threading.Event()
+def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
+              signalled: list[float], changed: threading.Event) -> int:
+    """Wait for every copy; after the client ends (or a forwarded signal),
+    give the others ``grace`` seconds, then SIGTERM, then SIGKILL."""
 
     def reap(process: subprocess.Popen) -> None:
         process.wait()
@@ -101,10 +108,13 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float) -> i
         now = time.monotonic()
         if grace_ends is None and codes[client] is not None:
             grace_ends = now + grace
+        if signalled and (grace_ends is None or grace_ends > signalled[0] + grace):
+            grace_ends = signalled[0] + grace  # a copy that ignores the signal must not hang us
         if grace_ends is not None and kill_at is None and now >= grace_ends:
             stragglers = [r for r, code in enumerate(codes) if code is None]
-            print(f"hpcfutures run: rank(s) {stragglers} still running {grace:g} s after the "
-                  "client finished; terminating them", file=sys.stderr)
+            why = "the signal" if signalled else "the client finished"
+            print(f"hpcfutures run: rank(s) {stragglers} still running {grace:g} s after "
+                  f"{why}; terminating them", file=sys.stderr)
             for rank in stragglers:
                 processes[rank].terminate()
             kill_at = now + KILL_AFTER

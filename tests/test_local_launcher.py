@@ -2,9 +2,11 @@
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -43,37 +45,76 @@ def test_too_few_ranks_fails_with_a_clear_error():
     assert "needs at least 3" in job.stderr, job
 
 
-def _ranks(n, launch_id, extra_env=None):
-    """Start the copies of a launch by hand, with a launch id we choose."""
-    marker_env = {"PYTHONPATH": str(ROOT), **(extra_env or {})}
-    return [subprocess.Popen(
-        [sys.executable, str(CONTRACT)], cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, **marker_env, "HPCFUTURES_RANK": str(rank),
-             "HPCFUTURES_SIZE": str(n), "HPCFUTURES_LAUNCH_ID": launch_id})
-        for rank in range(n)]
+class _Rank:
+    """One copy of a launch started by hand (so the test chooses the launch id),
+    whose stderr is read line by line as it comes."""
+
+    def __init__(self, rank: int, size: int, launch_id: str, env: dict, marker: str):
+        from conftest import MARKER_VAR
+
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.err: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, str(CONTRACT)], cwd=ROOT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env, MARKER_VAR: marker,
+                 "HPCFUTURES_RANK": str(rank), "HPCFUTURES_SIZE": str(size),
+                 "HPCFUTURES_LAUNCH_ID": launch_id})
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.err.append(line)
+            self.lines.put(line)
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if text in self.lines.get(timeout=max(0.0, deadline - time.monotonic())):
+                    return
+            except queue.Empty:
+                break
+        raise AssertionError(f"{text!r} not seen in {timeout} s:\n{''.join(self.err)}")
+
+    def finish(self, timeout: float) -> tuple[int, str]:
+        out, _ = self.process.communicate(timeout=timeout)
+        self.reader.join(timeout)
+        return self.process.returncode, out
 
 
 @pytest.mark.timeout(120)
 def test_stale_scheduler_file_with_same_launch_id_is_ignored(tmp_path):
     """A file left by an earlier run (same id, dead address) must not stop this one."""
-    launch = "stale-test"
+    from conftest import assert_no_leftovers
+    import uuid
+
+    launch, marker = "stale-test", uuid.uuid4().hex
     path = tmp_path / "sched.json"
     stale = {"hpcfutures": 1, "address": "tcp://127.0.0.1:9", "launch_id": f"local-{launch}",
              "nonce": "old", "host": "some-other-host", "pid": 1, "created": 0,
              "security": {}, "finished": False}
     path.write_text(json.dumps(stale))
     os.chmod(path, 0o600)
-    env = {"HPCFUTURES_SCHEDULER_FILE": str(path), "HPCFUTURES_TIMEOUT": "40"}
-    # The client and worker start first and find only the stale file.
-    late_scheduler_delay = 2.0
-    processes = _ranks(3, launch, env)[1:]
-    time.sleep(late_scheduler_delay)  # a deliberately late scheduler, not a synchronisation
-    processes.insert(0, _ranks(1, launch, {**env, "HPCFUTURES_SIZE": "3"})[0])
-    outputs = [p.communicate(timeout=100) for p in processes]
-    client_out = outputs[1][0]
-    assert [p.returncode for p in processes] == [0, 0, 0], outputs
-    assert "CONTRACT RESULT" in client_out and "FAIL " not in client_out
+    env = {"HPCFUTURES_SCHEDULER_FILE": str(path), "HPCFUTURES_TIMEOUT": "40",
+           "CONTRACT_LOG_INFO": "1", "CONTRACT_CHECKS": "submit_returns_a_real_future"}
+    ranks = {}
+    try:
+        # The client starts first and finds only the stale file...
+        ranks[1] = _Rank(1, 3, launch, env, marker)
+        ranks[1].wait_for("treating it as stale", timeout=60)
+        # ...then the real scheduler and a worker appear.
+        ranks[0] = _Rank(0, 3, launch, env, marker)
+        ranks[2] = _Rank(2, 3, launch, env, marker)
+        results = {rank: r.finish(timeout=90) for rank, r in ranks.items()}
+    finally:
+        for r in ranks.values():
+            if r.process.poll() is None:
+                r.process.kill()
+    assert {rank: code for rank, (code, _) in results.items()} == {0: 0, 1: 0, 2: 0}, results
+    assert "CONTRACT RESULT" in results[1][1] and "FAIL " not in results[1][1]
+    assert_no_leftovers(marker)
 
 
 @pytest.mark.timeout(60)
@@ -193,3 +234,28 @@ def test_exit_when_done_false_returns_on_every_rank_with_none():
                      "AFTER rank=1 role=client client=True",
                      "AFTER rank=2 role=worker client=False",
                      "AFTER rank=3 role=worker client=False"], job
+
+
+@pytest.mark.timeout(60)
+def test_run_ends_copies_that_ignore_a_forwarded_signal():
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('READY', flush=True)\n"
+            "time.sleep(300)\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hpcfutures", "run", "-n", "2", "--grace", "1",
+         sys.executable, "-c", code],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert process.stdout.readline().strip() == "READY"
+        assert process.stdout.readline().strip() == "READY"
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0
+    assert time.monotonic() - started < 10
+    assert "after the signal" in err
