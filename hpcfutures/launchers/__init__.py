@@ -12,16 +12,38 @@ import importlib
 from collections.abc import Mapping
 
 from .._errors import ConfigurationError
+from .._roles import Identity
 from ._base import AddressExchange, Launcher, SchedulerInfo
 
-__all__ = ["AddressExchange", "Launcher", "SchedulerInfo", "detect_launcher", "get_launcher"]
+__all__ = [
+    "AddressExchange", "Identity", "Launcher", "SchedulerInfo", "detect_launcher", "get_launcher",
+]
 
 #: name -> "module:Class", in detection order: the most specific first, the
 #: laptop default last.  A launcher whose variables are present wins.
+#: MPI comes before Slurm: an MPI launch inside a Slurm job (``srun --mpi=pmi2``,
+#: or ``mpiexec`` in a batch script, whose SLURM_PROCID is not the MPI rank)
+#: takes its roles from COMM_WORLD; the MPI plug-in leaves a plain ``srun`` to
+#: Slurm (no PMI variables), and ``srun --mpi=...`` too when mpi4py is missing.
+#: Launchers that number the very process (``flux run``, ``jsrun``, ``aprun``,
+#: PALS' ``mpiexec``) come before MPI and Slurm, whose variables their tasks may
+#: inherit (Flux inside a Slurm job; ALPS under a Slurm batch script); each steps
+#: aside when MPI rank variables disagree with its numbering. Batch systems whose
+#: variables describe the job, not the process (Grid Engine, PBS, LSF: arrays and
+#: job scripts) come last and step aside whenever an MPI rank variable is set, so
+#: ``mpiexec`` in a PBS job or a Grid Engine parallel environment goes to MPI.
+#: Details and a table: docs/batch-systems.rst.
 BUILTIN = {
     "local": "hpcfutures.launchers.local:LocalLauncher",
-    "slurm": "hpcfutures.launchers.slurm:SlurmLauncher",
+    "flux": "hpcfutures.launchers.flux:FluxLauncher",
+    "jsrun": "hpcfutures.launchers.lsf:JsrunLauncher",
+    "alps": "hpcfutures.launchers.cray:ALPSLauncher",
+    "pals": "hpcfutures.launchers.cray:PALSLauncher",
     "mpi": "hpcfutures.launchers.mpi:MPILauncher",
+    "slurm": "hpcfutures.launchers.slurm:SlurmLauncher",
+    "sge": "hpcfutures.launchers.sge:SGELauncher",
+    "pbs": "hpcfutures.launchers.pbs:PBSLauncher",
+    "lsf": "hpcfutures.launchers.lsf:LSFLauncher",
     "embedded": "hpcfutures.launchers.embedded:EmbeddedLauncher",
 }
 
@@ -48,7 +70,13 @@ def _registry() -> dict[str, str]:
 
 
 def get_launcher(name: str) -> type[Launcher]:
-    """The launcher class registered under ``name``."""
+    """The launcher class registered under ``name``, or named ``"package.module:ClassName"``.
+
+    The second form needs no installed distribution, only an importable module:
+    ``launcher="my_site.launchers:PBSLauncher"`` or the same in ``HPCFUTURES_LAUNCHER``.
+    """
+    if ":" in name:
+        return _load_by_path(name)
     registry = _registry()
     if name not in registry:
         raise ConfigurationError(
@@ -58,6 +86,19 @@ def get_launcher(name: str) -> type[Launcher]:
         return _load(registry[name])
     except ModuleNotFoundError as err:
         raise ConfigurationError(f"launcher {name!r} cannot be loaded: {err}") from err
+
+
+def _load_by_path(spec: str) -> type[Launcher]:
+    """The class named by ``"package.module:ClassName"``, checked to be a launcher."""
+    try:
+        cls = _load(spec)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigurationError(f"launcher {spec!r} cannot be loaded: {err}") from err
+    if not (isinstance(cls, type) and issubclass(cls, Launcher)):
+        raise ConfigurationError(
+            f"launcher {spec!r} is {cls!r}, not a subclass of hpcfutures.Launcher"
+        )
+    return cls
 
 
 def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:

@@ -1,0 +1,173 @@
+"""Sphinx extension: the configuration reference, generated from the code.
+
+``.. hpcfutures-options::`` renders one row per option of
+``hpcfutures._config._OPTIONS`` (keyword, ``HPCFUTURES_*`` variable, Dask
+config key, accepted values, default, meaning), so the table cannot drift
+from what :func:`hpcfutures._config.resolve_settings` reads.
+
+``.. hpcfutures-variables::`` renders the other ``HPCFUTURES_*`` variables,
+which are described in :data:`OTHER_VARIABLES` below.  At build time every
+``HPCFUTURES_*`` name that appears in the package's source must be either an
+option's variable or listed there; otherwise the build warns (and fails under
+``-W``), naming the variable, so a new one cannot go undocumented.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+logger = logging.getLogger(__name__)
+
+#: HPCFUTURES_* variables that are not options: name -> (default, meaning).
+OTHER_VARIABLES = {
+    "HPCFUTURES_DASK_LOG_LEVEL": (
+        "``WARNING``",
+        "Level of Dask's own loggers (``distributed``, ``tornado``). At ``WARNING`` "
+        "hpcfutures also drops Dask's duplicate reports of failed tasks and unpicklable "
+        "objects, which reach you as the future's exception anyway; ``INFO`` or ``DEBUG`` "
+        "shows everything.",
+    ),
+    "HPCFUTURES_LOG_DIR": (
+        "unset",
+        "A directory: every rank of a multi-process launch also writes its log (INFO and "
+        "up, Dask's included) to ``<dir>/<launch id>/rank-<rank>-<role>.log``.",
+    ),
+    "HPCFUTURES_RANK": (
+        "set by ``hpcfutures run``",
+        "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "
+        "``local`` launcher.",
+    ),
+    "HPCFUTURES_SIZE": (
+        "set by ``hpcfutures run``",
+        "How many copies ``hpcfutures run -n N`` started. Set it yourself for a launcher "
+        "that does not tell its processes how many it started (the launchers that need "
+        "it say so in their error message).",
+    ),
+    "HPCFUTURES_ARRAY_INDICES": (
+        "unset",
+        "``FIRST-LAST`` or ``FIRST-LAST:STEP``: the index range of a job array, for batch "
+        "systems that do not tell an element where its array starts and ends.",
+    ),
+    "HPCFUTURES_LAUNCH_ID": (
+        "set by ``hpcfutures run``",
+        "A random id per launch, stamped into the scheduler file so that copies of two "
+        "launches never meet.",
+    ),
+}
+
+#: How the value of an option is read, by the name of its converter.
+VALUE_FORMATS = {
+    "_to_bool": "boolean: ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``",
+    "_to_positive_float": "number of seconds, > 0",
+    "_to_positive_int": "integer, > 0",
+    "_to_optional_str": "text",
+    "_to_memory": "bytes, or a size such as ``4GiB``",
+}
+
+PACKAGE = Path(__file__).resolve().parents[2] / "hpcfutures"
+
+
+def _literal(value: object) -> str:
+    return "*unset* (see meaning)" if value is None else f"``{value!r}``"
+
+
+def _list_table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    for row in [header, *rows]:
+        lines.append(f"   * - {row[0]}")
+        lines.extend(f"     - {cell}" for cell in row[1:])
+    return lines
+
+
+class _TableDirective(SphinxDirective):
+    has_content = False
+
+    def lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self) -> list[nodes.Node]:
+        container = nodes.container()
+        self.state.nested_parse(StringList(self.lines(), source="(generated)"),
+                                self.content_offset, container)
+        return container.children
+
+
+class OptionsTable(_TableDirective):
+    """Every option of ``Executor(...)``, straight from ``hpcfutures._config``."""
+
+    def lines(self) -> list[str]:
+        from hpcfutures._config import _OPTIONS, ENV_PREFIX
+
+        rows = []
+        for option in _OPTIONS:
+            converter = getattr(option.convert, "__name__", repr(option.convert))
+            if converter not in VALUE_FORMATS:
+                logger.warning("hpcfutures-options: option %r uses converter %s, which "
+                               "docs/_ext/hpcfutures_docs.py (VALUE_FORMATS) does not describe",
+                               option.name, converter)
+            rows.append([
+                f"``{option.name}``",
+                f"``{ENV_PREFIX}{option.name.upper()}``",
+                f"``hpcfutures.{option.name}``",
+                VALUE_FORMATS.get(converter, "see meaning"),
+                _literal(option.default),
+                option.doc,
+            ])
+        header = ["Keyword", "Environment variable", "Dask config", "Value", "Default", "Meaning"]
+        return _list_table(header, rows, "14 20 18 16 10 30")
+
+
+class VariablesTable(_TableDirective):
+    """The HPCFUTURES_* variables that are not options."""
+
+    def lines(self) -> list[str]:
+        rows = [[f"``{name}``", default, meaning]
+                for name, (default, meaning) in OTHER_VARIABLES.items()]
+        return _list_table(["Variable", "Default", "Meaning"], rows, "25 20 55")
+
+
+class LaunchersTable(_TableDirective):
+    """The built-in launcher plug-ins, in detection order, from ``hpcfutures.launchers``."""
+
+    def lines(self) -> list[str]:
+        from hpcfutures.launchers import BUILTIN, _load
+
+        rows = []
+        for name, spec in BUILTIN.items():
+            try:
+                cls = _load(spec)
+            except (ImportError, AttributeError) as err:
+                logger.warning("hpcfutures-launchers: built-in launcher %r (%s) cannot be "
+                               "loaded: %s", name, spec, err)
+                continue
+            summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            module, _, qualname = spec.partition(":")
+            rows.append([f"``{name}``", f"``{module}.{qualname}``", summary])
+        return _list_table(["Name", "Class", "Starts processes as"], rows, "12 38 50")
+
+
+def check_every_variable_is_documented(app) -> None:
+    """Warn about an HPCFUTURES_* name in the package that no table documents."""
+    from hpcfutures._config import _OPTIONS, ENV_PREFIX
+
+    documented = {ENV_PREFIX + option.name.upper() for option in _OPTIONS} | set(OTHER_VARIABLES)
+    pattern = re.compile(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b")
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name in sorted(set(pattern.findall(path.read_text())) - documented):
+            logger.warning("%s is used in %s but not documented: add it to OTHER_VARIABLES "
+                           "in docs/_ext/hpcfutures_docs.py (or make it an option)",
+                           name, path.relative_to(PACKAGE.parent))
+
+
+def setup(app):
+    app.add_directive("hpcfutures-options", OptionsTable)
+    app.add_directive("hpcfutures-variables", VariablesTable)
+    app.add_directive("hpcfutures-launchers", LaunchersTable)
+    app.connect("builder-inited", check_every_variable_is_documented)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

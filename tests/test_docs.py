@@ -1,0 +1,148 @@
+"""The documentation builds with warnings as errors, and its snippets match the real API.
+
+The build needs sphinx and furo (the ``docs`` extra): without them the build
+test skips on a laptop and fails under CI=true.  The snippet checks need
+nothing but hpcfutures: every Python block in docs/*.rst must compile, every
+``hpcfutures.<name>`` and ``from hpcfutures... import <name>`` must exist,
+keyword arguments of the executors must be real parameters, every
+``hpcfutures run``/``info`` command line must parse with the real CLI, and
+every ``HPCFUTURES_*`` variable the docs name must be one the code reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, require
+
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.rst"))
+#: A code-block directive, also inside a list-table cell ("   * - .. code-block:: python").
+DIRECTIVE = re.compile(r"^(?P<indent>[\s*-]*)\.\. code-block:: (?P<language>\w+)\s*$")
+
+
+def have_sphinx() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("sphinx", "furo"))
+
+
+@pytest.mark.timeout(600)
+def test_docs_build_with_warnings_as_errors(tmp_path):
+    require(have_sphinx(), "sphinx and furo (python -m pip install -e '.[docs]')")
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+               "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
+    assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
+
+    from hpcfutures._config import _OPTIONS, ENV_PREFIX
+
+    reference = (tmp_path / "html" / "configuration.html").read_text()
+    for option in _OPTIONS:  # the generated table is there and complete
+        assert f"{ENV_PREFIX}{option.name.upper()}" in reference, option.name
+
+
+# ------------------------------------------------------------------ snippets
+def code_blocks(language: str):
+    """(page, line, text) of every ``.. code-block:: language`` in the docs."""
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        for number, line in enumerate(lines):
+            match = DIRECTIVE.match(line)
+            if not match or match["language"] != language:
+                continue
+            indent, body = len(match["indent"]), []
+            for following in lines[number + 1:]:
+                if following.strip() and len(following) - len(following.lstrip()) <= indent:
+                    break
+                body.append(following)
+            text = textwrap.dedent("\n".join(body))
+            text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith(":"))
+            yield page.name, number + 1, textwrap.dedent(text).strip("\n")
+
+
+PYTHON_BLOCKS = list(code_blocks("python"))
+CONSOLE_BLOCKS = list(code_blocks("console"))
+
+
+def test_the_docs_have_snippets_to_check():
+    assert len(PYTHON_BLOCKS) > 10 and len(CONSOLE_BLOCKS) > 10
+
+
+def _executor_classes():
+    import hpcfutures
+
+    return {name: getattr(hpcfutures, name) for name in
+            ("Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor")}
+
+
+@pytest.mark.parametrize("page, line, code", PYTHON_BLOCKS,
+                         ids=[f"{page}:{line}" for page, line, _ in PYTHON_BLOCKS])
+def test_python_snippet_matches_the_api(page, line, code):
+    import hpcfutures
+
+    tree = ast.parse(code, filename=f"{page}:{line}")  # a SyntaxError fails the test
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id == "hpcfutures"):
+            assert hasattr(hpcfutures, node.attr), f"hpcfutures.{node.attr} does not exist"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hpcfutures"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"{node.module}.{alias.name} does not exist"
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = (func.attr if isinstance(func, ast.Attribute)
+                    and isinstance(func.value, ast.Name) and func.value.id == "hpcfutures"
+                    else None)
+            cls = _executor_classes().get(name)
+            if cls is None:
+                continue
+            parameters = inspect.signature(cls).parameters
+            for keyword in node.keywords:
+                assert keyword.arg in parameters, f"{name}() has no option {keyword.arg!r}"
+
+
+def _cli_commands():
+    """Every ``hpcfutures ...`` command line in the console blocks, as argument lists."""
+    for page, line, text in CONSOLE_BLOCKS:
+        joined = re.sub(r"\\\n\s*>?\s*", " ", text)
+        for command in joined.splitlines():
+            command = command.strip().removeprefix("$").split(" #")[0].strip()
+            match = re.search(r"(?:^|\s)(?:python -m )?hpcfutures\s+(run|info)\b(.*)$", command)
+            if match and not command.startswith(">"):
+                words = shlex.split(match[1] + match[2])
+                yield page, line, words
+
+
+CLI_COMMANDS = list(_cli_commands())
+
+
+@pytest.mark.parametrize("page, line, words", CLI_COMMANDS,
+                         ids=[f"{page}:{line}:{' '.join(w)[:30]}" for page, line, w in CLI_COMMANDS])
+def test_cli_snippet_parses(page, line, words):
+    from hpcfutures._cli import _parser
+
+    try:
+        _parser().parse_args(words)
+    except SystemExit:
+        pytest.fail(f"{page}:{line}: 'hpcfutures {' '.join(words)}' is not a valid command")
+
+
+def test_every_documented_variable_exists():
+    from hpcfutures._config import _OPTIONS, ENV_PREFIX
+
+    real = {ENV_PREFIX + option.name.upper() for option in _OPTIONS}
+    for source in (ROOT / "hpcfutures").rglob("*.py"):
+        real |= set(re.findall(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b", source.read_text()))
+    for page in PAGES:
+        for name in set(re.findall(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())):
+            assert name in real, f"{page.name} documents {name}, which hpcfutures never reads"
