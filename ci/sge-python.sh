@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# sge-python.sh -- a Python for the Grid Engine tests' jobs, usable by the unprivileged job user.
+#
+# The tests submit their jobs as $SGE_JOB_USER (see ci/sge-up.sh), who cannot read a Python
+# under /root (pyenv, the CI's own). This builds a virtual environment from the system's
+# /usr/bin/python3 in a world-readable place, with what hpcfutures imports at the versions the
+# test interpreter has; the tests put hpcfutures itself on PYTHONPATH.
+# Idempotent: does nothing when the environment already has those versions. Run as root.
+#
+#   SGE_PYTHON_ENV=/opt/hpcfutures-sge/venv   where the environment goes
+#   SGE_PYTHON_REFERENCE=python               the interpreter whose versions to copy
+#   SGE_PIP_TIMEOUT=600                       seconds allowed for venv + pip install
+# Prints the environment's python path on the last line.
+set -euo pipefail
+
+ENV_DIR=${SGE_PYTHON_ENV:-/opt/hpcfutures-sge/venv}
+REFERENCE=${SGE_PYTHON_REFERENCE:-python}
+PIP_TIMEOUT=${SGE_PIP_TIMEOUT:-600}
+BASE=/usr/bin/python3
+
+log() { printf '[sge-python %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run me as root"
+# What hpcfutures imports (its pyproject dependencies and every third-party module its code
+# imports, lazily imported ones such as mpi4py and cryptography included), plus dask and the
+# mpich wheel (mpiexec, for parallel-environment jobs) -- each at the reference's version.
+pins=$("$REFERENCE" - "$(dirname "$0")/.." <<'EOF'
+import ast, pathlib, re, sys, tomllib
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
+root = pathlib.Path(sys.argv[1])
+wanted = {"dask", "mpich"}
+with open(root / "pyproject.toml", "rb") as handle:
+    for requirement in tomllib.load(handle)["project"]["dependencies"]:
+        wanted.add(re.match(r"[A-Za-z0-9._-]+", requirement)[0])
+modules = set()
+for path in (root / "hpcfutures").rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module.split(".")[0])
+owners = packages_distributions()
+wanted |= {dist for module in modules for dist in owners.get(module, [])}
+for name in sorted(wanted - {"hpcfutures"}, key=str.lower):
+    try:
+        print(f"{name}=={version(name)}")
+    except PackageNotFoundError:
+        pass  # not installed for the tests either (e.g. mpich off Linux)
+EOF
+) || die "cannot work out hpcfutures' dependencies with $REFERENCE"
+pins=$(echo $pins)   # one line
+
+if [ -x "$ENV_DIR/bin/python" ] && [ "$(cat "$ENV_DIR/.hpcfutures-pins" 2>/dev/null)" = "$pins" ]; then
+  log "up to date: $pins"
+  echo "$ENV_DIR/bin/python"
+  exit 0
+fi
+
+if ! "$BASE" -c 'import ensurepip, venv' 2>/dev/null; then
+  log "installing python3-venv"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout "$PIP_TIMEOUT" apt-get install -y -q --no-install-recommends python3-venv >&2 ||
+    { timeout "$PIP_TIMEOUT" apt-get update -q >&2 && \
+      timeout "$PIP_TIMEOUT" apt-get install -y -q --no-install-recommends python3-venv >&2; } ||
+    die "cannot install python3-venv"
+fi
+
+log "building $ENV_DIR with $pins"
+rm -rf "$ENV_DIR"
+mkdir -p "$(dirname "$ENV_DIR")"
+timeout "$PIP_TIMEOUT" "$BASE" -m venv "$ENV_DIR" || die "python3 -m venv failed"
+# shellcheck disable=SC2086
+timeout "$PIP_TIMEOUT" "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check $pins >&2 ||
+  die "pip install $pins failed"
+echo "$pins" >"$ENV_DIR/.hpcfutures-pins"
+chmod -R a+rX "$(dirname "$ENV_DIR")"
+log "ready: $("$ENV_DIR/bin/python" -c 'import sys, distributed; print(sys.version.split()[0], "distributed", distributed.__version__)')"
+echo "$ENV_DIR/bin/python"

@@ -1,0 +1,152 @@
+"""The Grid Engine plug-in (Son of Grid Engine, Univa/Altair, Open Cluster Scheduler): job arrays.
+
+::
+
+    qsub -t 1-8 job.sh          ARRAY  rank (SGE_TASK_ID - SGE_TASK_FIRST) / SGE_TASK_STEPSIZE,
+                                       size from SGE_TASK_FIRST/LAST/STEPSIZE;
+                                       file keyed by JOB_ID (the same for every task)
+    qsub job.sh                 BATCH  SGE_TASK_ID is the string "undefined": one process,
+                                       standalone, NSLOTS local workers
+    qsub -pe mpi 4 job.sh       an mpiexec inside is the MPI plug-in's business (PMI_RANK or
+      (mpiexec python job.py)   OMPI_COMM_WORLD_RANK beside JOB_ID); see hpcfutures.launchers
+
+``NSLOTS`` (``-pe smp N``) gives each array element's worker its threads.
+Checked on Debian's gridengine 8.1.9 (the project's ci/sge-up.sh cluster):
+task ids are 1-based, and every job sees ``SGE_TASK_*`` -- non-array jobs
+with the value ``undefined``.
+
+When the client finishes it deletes the array's tasks that are still pending
+(``qstat -s p`` then ``qdel JOB -t RANGE``, as the job's owner). A task that
+starts between the two commands is deleted while it starts up, which costs
+nothing: it would have found the launch over and exited.
+
+Job numbers start again at 1 on a fresh cluster, so a tombstone left in the
+scheduler file by an earlier array with the same number must not end this
+one: as for Slurm, a tombstone older than the array's submission time
+(``qstat -j JOB -xml``) is ignored.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+
+from .._errors import LauncherError
+from .._roles import Identity
+from ._base import AddressExchange, SchedulerInfo
+from ._batchenv import int_var, parse_span, run_command
+from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
+from ._slurm_array import CLOCK_SLACK, ArrayFileExchange
+
+__all__ = ["SGELauncher"]
+
+SYSTEM = "Grid Engine"
+
+
+class SGELauncher(JobArrayLauncher):
+    """Tasks of a Grid Engine job array, or a Grid Engine job script."""
+
+    name = "sge"
+    system = SYSTEM
+    array_example = "qsub -t 1-{n} job.sh"
+
+    @classmethod
+    def mode(cls, environ: Mapping[str, str]) -> Mode | None:
+        if not environ.get("JOB_ID", "") or not environ.get("SGE_TASK_ID", ""):
+            return None
+        return Mode.BATCH if environ["SGE_TASK_ID"] == "undefined" else Mode.ARRAY
+
+    @classmethod
+    def job_id(cls, environ: Mapping[str, str]) -> str:
+        return environ.get("JOB_ID", "")
+
+    def array_position(self) -> tuple[ArrayPosition, tuple[str, ...]]:
+        env = self.environ
+        index = int_var(env, "SGE_TASK_ID", SYSTEM)
+        names = ("SGE_TASK_FIRST", "SGE_TASK_LAST", "SGE_TASK_STEPSIZE")
+        first, last, step = (int_var(env, name, SYSTEM) for name in names)
+        if index is None or first is None or last is None:
+            raise LauncherError(
+                "a Grid Engine array task without SGE_TASK_FIRST/SGE_TASK_LAST: is this "
+                "really a task of 'qsub -t FIRST-LAST'?")
+        span = parse_span(f"{first}-{last}:{step or 1}", "SGE_TASK_FIRST-LAST:STEPSIZE")
+        rank = span.rank(index)
+        job = self.job_id(env)
+        return (ArrayPosition(job, index, rank, span.size),
+                (f"rank {rank} of {span.size} from SGE_TASK_ID={index} in the array's "
+                 f"range {span} (SGE_TASK_FIRST, SGE_TASK_LAST, SGE_TASK_STEPSIZE)",))
+
+    def slots(self) -> tuple[int | None, str]:
+        """``NSLOTS``; for a job spread over hosts, this host's share from ``PE_HOSTFILE``."""
+        slots = int_var(self.environ, "NSLOTS", SYSTEM)
+        hosts = int_var(self.environ, "NHOSTS", SYSTEM)
+        if slots is None or hosts in (None, 1):
+            return slots, "NSLOTS"
+        here = _first_host_slots(self.environ.get("PE_HOSTFILE", ""))
+        return (here, "PE_HOSTFILE (this host's slots)") if here else (slots, "NSLOTS")
+
+    def address_exchange(self, identity: Identity) -> AddressExchange:
+        array_job = identity.fields.get("array_job_id")
+        if array_job:
+            return SGEArrayExchange.for_array(self.settings, identity, array_job)
+        return super().address_exchange(identity)
+
+    def cancel_pending(self, array_job_id: str) -> None:
+        for tasks in pending_tasks(array_job_id):
+            run_command(["qdel", array_job_id, "-t", tasks],
+                        f"delete the pending tasks {tasks} of Grid Engine job {array_job_id}")
+
+
+class SGEArrayExchange(ArrayFileExchange):
+    """Slurm's array file exchange, asking Grid Engine when the array was submitted."""
+
+    def _older_than_array(self, info: SchedulerInfo) -> bool:
+        if info.nonce not in self._predates:
+            submitted = submission_time(self.array_job_id)
+            self._predates[info.nonce] = (submitted is not None
+                                          and info.created < submitted - CLOCK_SLACK)
+        return self._predates[info.nonce]
+
+
+def _first_host_slots(path: str) -> int | None:
+    """Slots of the first line of a PE_HOSTFILE ("host slots queue processors"): the master host."""
+    try:
+        with open(path) as handle:
+            fields = handle.readline().split()
+        return int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def submission_time(job_id: str) -> float | None:
+    """When Grid Engine says job ``job_id`` was submitted (epoch seconds), or None."""
+    result = run_command(["qstat", "-j", job_id, "-xml"],
+                         f"ask Grid Engine when job {job_id} was submitted")
+    if result is None:
+        return None
+    try:
+        node = ET.fromstring(result.stdout).find(".//JB_submission_time")
+        stamp = float(node.text) if node is not None and node.text else None
+    except (ET.ParseError, ValueError):
+        return None
+    if stamp is not None and stamp > 1e11:  # some versions count milliseconds
+        stamp /= 1000
+    return stamp
+
+
+def pending_tasks(job_id: str) -> list[str]:
+    """Task ranges ("3-5:1", "7") of job ``job_id`` that are still pending, held ones included."""
+    result = run_command(["qstat", "-s", "p", "-xml"],
+                         f"list the pending tasks of Grid Engine job {job_id}")
+    if result is None:
+        return []
+    try:
+        root = ET.fromstring(result.stdout)
+    except ET.ParseError:
+        return []
+    ranges = []
+    for job in root.iter("job_list"):
+        if (job.findtext("JB_job_number") or "").strip() == job_id:
+            tasks = (job.findtext("tasks") or "").strip()
+            ranges += [part for part in tasks.split(",") if part]
+    return ranges

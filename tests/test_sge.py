@@ -1,0 +1,298 @@
+"""The Grid Engine plug-in against a real Grid Engine (ci/sge-up.sh): job arrays from qsub.
+
+Jobs are submitted as the unprivileged user ci/sge-up.sh creates (Grid Engine
+strips TMPDIR and LD_* from root's jobs), run the Python of ci/sge-python.sh
+(that user cannot read a Python under /root) and a copy of the working tree
+in a world-readable temporary directory. Every wait polls ``qstat``/``qacct``
+with a deadline; every job's processes carry a marker that must be gone at
+the end, and the job must have left ``qstat``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, have_command, require
+
+JOB_USER = os.environ.get("SGE_JOB_USER", "hpcuser")
+#: Seconds a job array may take from qsub to leaving qstat (queueing included).
+JOB_DEADLINE = 90.0
+#: Seconds qacct may lag behind qstat.
+ACCOUNTING_DEADLINE = 30.0
+
+
+def sge_is_up() -> bool:
+    """Grid Engine answers, its job user exists, and we may submit as that user (root)."""
+    if not (have_command("qsub") and have_command("qacct") and have_command("runuser")):
+        return False
+    try:
+        pwd.getpwnam(JOB_USER)
+        result = subprocess.run(["qstat", "-f"], capture_output=True, text=True, timeout=20)
+    except (KeyError, OSError, subprocess.SubprocessError):
+        return False
+    return os.geteuid() == 0 and result.returncode == 0 and "all.q@" in result.stdout
+
+
+def _sge(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A Grid Engine command as the job user, with a deadline."""
+    result = subprocess.run(["runuser", "-u", JOB_USER, "--", *args], capture_output=True,
+                            text=True, timeout=30)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}): {result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(python for the jobs, a world-readable copy of the tree owned by the job user)."""
+    require(sge_is_up(), "a running Grid Engine (bash ci/sge-up.sh, as root)")
+    built = subprocess.run(["bash", str(ROOT / "ci" / "sge-python.sh")], capture_output=True,
+                           text=True, timeout=900,
+                           env={**os.environ, "SGE_PYTHON_REFERENCE": sys.executable})
+    assert built.returncode == 0, built.stderr
+    python = built.stdout.strip().splitlines()[-1]
+    tree = Path(f"/tmp/hpcfutures-sge-{uuid.uuid4().hex[:8]}")
+    shutil.copytree(ROOT / "hpcfutures", tree / "hpcfutures",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "contract.py", tree / "tests" / "contract.py")
+    shutil.copytree(JOBS, tree / "tests" / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    _chown_tree(tree)
+    yield python, tree
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def _chown_tree(path: Path) -> None:
+    user = pwd.getpwnam(JOB_USER)
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, d) for d in dirs),
+                     *(os.path.join(root, f) for f in files)]:
+            os.chown(name, user.pw_uid, user.pw_gid)
+
+
+class Array:
+    """One submitted job: its id, output directory and marker."""
+
+    def __init__(self, cluster, name: str, extra_env: dict | None = None):
+        self.python, self.tree = cluster
+        self.out = Path(f"/tmp/hpcfutures-sge-{name}-{uuid.uuid4().hex[:8]}")
+        self.out.mkdir()
+        _chown_tree(self.out)
+        self.marker = uuid.uuid4().hex
+        self.schedfile = self.out / "scheduler.json"
+        self.env = {
+            "PYTHONPATH": str(self.tree), MARKER_VAR: self.marker,
+            "HPCFUTURES_HOST": "127.0.0.1",            # elements on one host: loopback only
+            "HPCFUTURES_SCHEDULER_FILE": str(self.schedfile),
+            "HPCFUTURES_TIMEOUT": "60", "HPCFUTURES_ARRAY_TIMEOUT": "60",
+            "JOB_PYTHON": self.python, **(extra_env or {}),
+        }
+        self.job = ""
+
+    def submit(self, *qsub_args: str) -> str:
+        variables = ",".join(f"{k}={v}" for k, v in self.env.items())
+        result = _sge("qsub", "-terse", "-cwd", "-j", "y", "-o", f"{self.out}/out.$TASK_ID",
+                      "-v", variables, *qsub_args)
+        self.job = result.stdout.strip().split(".")[0]
+        assert self.job.isdigit(), result.stdout
+        return self.job
+
+    def wait(self, deadline: float = JOB_DEADLINE) -> None:
+        """Poll qstat until the job has left it."""
+        end = time.monotonic() + deadline
+        while self.in_qstat():
+            if time.monotonic() > end:
+                _sge("qdel", "-f", self.job, check=False)
+                pytest.fail(f"job {self.job} still in qstat after {deadline:g} s:\n{self.report()}")
+            time.sleep(0.25)
+
+    def in_qstat(self) -> bool:
+        listing = subprocess.run(["qstat", "-u", "*"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        return any(line.split()[:1] == [self.job] for line in listing.splitlines())
+
+    def accounting(self, tasks: set[int]) -> dict[int, dict[str, str]]:
+        """qacct's record of each task in ``tasks``, polled until all are there."""
+        end = time.monotonic() + ACCOUNTING_DEADLINE
+        while True:
+            records = _qacct(self.job)
+            if tasks <= set(records):
+                return records
+            if time.monotonic() > end:
+                pytest.fail(f"qacct has records for tasks {sorted(records)} of job {self.job}, "
+                            f"not {sorted(tasks)}, after {ACCOUNTING_DEADLINE:g} s:\n"
+                            f"{self.report()}")
+            time.sleep(0.5)
+
+    def output(self, task: int) -> str:
+        path = self.out / f"out.{task}"
+        return path.read_text() if path.exists() else ""
+
+    def report(self) -> str:
+        return "\n".join(f"--- task output {p.name}\n{p.read_text()}"
+                         for p in sorted(self.out.glob("out.*")))
+
+    def finish(self) -> None:
+        assert not self.in_qstat(), f"job {self.job} is still in qstat"
+        assert_no_leftovers(self.marker)
+
+
+def _qacct(job: str) -> dict[int, dict[str, str]]:
+    result = subprocess.run(["qacct", "-j", job], capture_output=True, text=True, timeout=30)
+    records: dict[int, dict[str, str]] = {}
+    for block in re.split(r"^=+$", result.stdout, flags=re.MULTILINE):
+        fields = dict(line.split(None, 1) for line in block.strip().splitlines() if " " in line)
+        fields = {k: v.strip() for k, v in fields.items()}
+        task = fields.get("taskid", "")
+        if task.isdigit() or task == "undefined":  # "undefined": not an array job
+            records[int(task) if task.isdigit() else 0] = fields
+    return records
+
+
+@pytest.fixture
+def array(cluster):
+    made = []
+
+    def make(name: str, **env) -> Array:
+        made.append(Array(cluster, name, env))
+        return made[-1]
+
+    yield make
+    for job in made:
+        if job.job and job.in_qstat():
+            _sge("qdel", "-f", job.job, check=False)
+        shutil.rmtree(job.out, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------- tests
+@pytest.mark.timeout(150)
+def test_job_array_runs_the_contract_suite(array):
+    job = array("contract")
+    job.submit("-t", "1-4", "-b", "y", "-shell", "no", job.python,
+               str(job.tree / "tests" / "jobs" / "contract_job.py"))
+    job.wait()
+    records = job.accounting({1, 2, 3, 4})
+    client = job.output(2)  # task 2 is rank 1: the client prints the contract's results
+    assert "CONTRACT RESULT" in client and "FAIL " not in client, job.report()
+    statuses = {t: records[t]["exit_status"] for t in (1, 2, 3, 4)}
+    assert statuses == dict.fromkeys((1, 2, 3, 4), "0"), job.report()
+    job.finish()
+
+
+LATE_WRAPPER = """#!/bin/bash
+# Task 4 plays an element that starts after the client finished: it waits (60 s at most) for
+# the scheduler's tombstone before starting Python.
+if [ "$SGE_TASK_ID" = 4 ]; then
+  for _ in $(seq 600); do
+    grep -q '"finished": true' "$HPCFUTURES_SCHEDULER_FILE" 2>/dev/null && break
+    sleep 0.1
+  done
+  echo "LATE START"
+fi
+exec "$JOB_PYTHON" "$CONTRACT_JOB"
+"""
+
+
+@pytest.mark.timeout(150)
+def test_late_element_exits_0_and_pending_elements_are_deleted(array):
+    job = array("late", CONTRACT_CHECKS="map_keeps_order")
+    job.env["CONTRACT_JOB"] = str(job.tree / "tests" / "jobs" / "contract_job.py")
+    wrapper = job.out / "late.sh"
+    wrapper.write_text(LATE_WRAPPER)
+    wrapper.chmod(0o755)
+    _chown_tree(job.out)
+    # Every task held, then 1-4 released: task 5 stays pending until the client deletes it.
+    job.submit("-h", "-t", "1-5", str(wrapper))
+    _sge("qrls", job.job, "-t", "1-4")
+    job.wait()
+    records = job.accounting({1, 2, 3, 4})
+    assert "CONTRACT RESULT passed=2 failed=0" in job.output(2), job.report()
+    assert "LATE START" in job.output(4), job.report()
+    statuses = {t: records[t]["exit_status"] for t in (1, 2, 3, 4)}
+    assert statuses == dict.fromkeys((1, 2, 3, 4), "0"), job.report()
+    assert 5 not in records and not job.output(5), "the pending task 5 ran instead of being deleted"
+    job.finish()
+
+
+@pytest.mark.timeout(120)
+def test_client_failure_is_recorded_by_qacct(array):
+    job = array("fail")
+    job.submit("-t", "1-3", "-b", "y", "-shell", "no", job.python,
+               str(job.tree / "tests" / "jobs" / "fail_job.py"))
+    job.wait()
+    records = job.accounting({1, 2, 3})
+    assert "the client failed on purpose" in job.output(2), job.report()
+    statuses = {t: records[t]["exit_status"] for t in (1, 2, 3)}
+    assert all(status != "0" for status in statuses.values()), (statuses, job.report())
+    job.finish()
+
+
+@pytest.mark.timeout(90)
+def test_job_script_runs_standalone_on_its_slots(array):
+    """Outside an array (SGE_TASK_ID=undefined) the script is one process: NSLOTS local workers."""
+    job = array("info")
+    job.submit("-pe", "smp", "2", "-b", "y", "-shell", "no", job.python, "-m", "hpcfutures",
+               "info", "--json")
+    job.wait()
+    report = json.loads(job.output(0))  # outside an array, -o out.$TASK_ID names out.0
+    assert report["launcher"] == "sge", report
+    assert report["role"] == "standalone" and report["local_workers"] == 2, report
+    assert any("job script" in line for line in report["why"]), report
+    job.finish()
+
+
+@pytest.mark.timeout(120)
+def test_tombstone_of_an_earlier_array_with_the_same_job_id_is_ignored(array):
+    """Job numbers restart at 1 on a fresh cluster: an old end marker must not end this array."""
+    job = array("stale", CONTRACT_CHECKS="map_keeps_order")
+    job.submit("-h", "-t", "1-3", "-b", "y", "-shell", "no", job.python,
+               str(job.tree / "tests" / "jobs" / "contract_job.py"))
+    stale = {"hpcfutures": 1, "address": "", "launch_id": f"sge-{job.job}-array",
+             "nonce": "earlier-array", "host": "elsewhere", "pid": 1,
+             "created": time.time() - 3600, "security": {}, "finished": True}
+    job.schedfile.write_text(json.dumps(stale))
+    job.schedfile.chmod(0o600)
+    _chown_tree(job.out)
+    # The client and the worker start first and find only the old marker; the scheduler
+    # (task 1) follows a little later -- a deliberate delay, not a synchronisation.
+    _sge("qrls", job.job, "-t", "2-3")
+    time.sleep(2.0)
+    _sge("qrls", job.job, "-t", "1")
+    job.wait()
+    records = job.accounting({1, 2, 3})
+    assert "CONTRACT RESULT passed=2 failed=0" in job.output(2), job.report()
+    assert {t: records[t]["exit_status"] for t in (1, 2, 3)} == dict.fromkeys((1, 2, 3), "0"), \
+        job.report()
+    job.finish()
+
+
+@pytest.mark.timeout(120)
+def test_mpiexec_in_a_parallel_environment_job_is_the_mpi_plugins(array):
+    """-pe mpi 3 with mpiexec inside: JOB_ID is set in every rank, but MPI's numbering wins."""
+    job = array("pe")
+    mpiexec = str(Path(job.python).parent / "mpiexec")  # the mpich wheel's (ci/sge-python.sh)
+    job.submit("-pe", "mpi", "3", "-b", "y", "-shell", "no", mpiexec, "-n", "3", job.python,
+               "-c", "import hpcfutures.launchers as l, os; "
+                     "print('LAUNCHER', l.detect_launcher(os.environ)[0].name, flush=True)")
+    job.wait()
+    assert job.output(0).count("LAUNCHER mpi") == 3, job.report()  # not "sge"
+    job.finish()
+    # one check (qsub -v splits its list at commas): tasks run on a worker rank, not the client
+    whole = array("pe-contract", CONTRACT_CHECKS="tasks_run_outside_the_client")
+    whole.submit("-pe", "mpi", "3", "-b", "y", "-shell", "no", mpiexec, "-n", "3", whole.python,
+                 str(whole.tree / "tests" / "jobs" / "contract_job.py"))
+    whole.wait()
+    assert "CONTRACT RESULT passed=2 failed=0" in whole.output(0), whole.report()
+    assert whole.accounting({0})[0]["exit_status"] == "0", whole.report()
+    whole.finish()
