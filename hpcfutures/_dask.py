@@ -26,6 +26,8 @@ from distributed import Client, Scheduler, Security, Worker
 from distributed.comm import connect
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ._logs import quiet_for_shutdown
+
 __all__ = [
     "EXIT_FAILED",
     "make_security",
@@ -112,6 +114,7 @@ class Coordinator(SchedulerPlugin):
         self.verdict, self.reason = status, reason
         if status != 0:
             logger.warning("ending the launch with status %d: %s", status, reason)
+        quiet_for_shutdown()
         assert self.scheduler is not None
         for stream in list(self.scheduler.stream_comms.values()):
             with contextlib.suppress(Exception):
@@ -199,6 +202,7 @@ class WorkerService:
     def _record_verdict(self, status: int) -> None:
         if self.verdict is None:
             self.verdict = status
+        quiet_for_shutdown()
 
     async def join(self) -> None:
         """Start the worker and register with the scheduler (raises if that fails)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["configure_rank_logging", "quiet_dask_logging"]
+__all__ = ["configure_rank_logging", "quiet_dask_logging", "quiet_for_shutdown"]
 
 _DASK_LOGGERS = ("distributed", "tornado")
 
@@ -43,6 +43,16 @@ def quiet_dask_logging(environ=os.environ) -> None:
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropDuplicateReport) for f in target.filters):
             target.addFilter(_DropDuplicateReport(prefix))
+
+
+def quiet_for_shutdown() -> None:
+    """Once the launch is ending, Dask's complaints about closing connections are noise.
+
+    Called when the verdict is known (scheduler and workers); hpcfutures' own
+    logger, which says how the launch ended, is not affected.
+    """
+    for name in _DASK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 _RANK_HANDLERS: list[logging.Handler] = []
