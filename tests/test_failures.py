@@ -1,4 +1,4 @@
-"""The failure matrix under ``hpcfutures run``: each fault injected for real.
+"""The failure matrix under ``hpcfutures run`` and ``srun``: each fault injected for real.
 
 Each test starts a launch, waits for the client to say READY, injects the
 fault (SIGKILL of one rank), and checks the outcome, the time it took, and
@@ -17,8 +17,20 @@ import pytest
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
 
 
-def rank_pid(marker: str, rank: int) -> int:
-    wanted = {f"{MARKER_VAR}={marker}".encode(), f"HPCFUTURES_RANK={rank}".encode()}
+RANK_VARS = {"run": "HPCFUTURES_RANK", "srun": "SLURM_PROCID"}
+
+
+@pytest.fixture(params=["run", "srun"])
+def launcher(request):
+    if request.param == "srun":
+        from conftest import require, slurm_is_up
+
+        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    return request.param
+
+
+def rank_pid(marker: str, rank: int, launcher: str = "run") -> int:
+    wanted = {f"{MARKER_VAR}={marker}".encode(), f"{RANK_VARS[launcher]}={rank}".encode()}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -31,21 +43,26 @@ def rank_pid(marker: str, rank: int) -> int:
 
 
 class Launch:
-    def __init__(self, n: int, job: str, env: dict | None = None):
+    def __init__(self, launcher: str, n: int, job: str, env: dict | None = None):
         self.marker = uuid.uuid4().hex
+        self.launcher = launcher
+        self.name = f"hpcf-fail-{self.marker[:10]}"
+        if launcher == "srun":
+            command = ["srun", f"-n{n}", "-J", self.name, sys.executable, str(JOBS / job)]
+        else:
+            command = [sys.executable, "-m", "hpcfutures", "run", "-n", str(n),
+                       sys.executable, str(JOBS / job)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hpcfutures", "run", "-n", str(n), sys.executable,
-             str(JOBS / job)],
-            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            command, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: self.marker,
-                 **(env or {})})
+                 "HPCFUTURES_HOST": "127.0.0.1", **(env or {})})
 
     def wait_ready(self) -> None:
         line = self.process.stdout.readline()
         assert line.strip() == "READY", line
 
     def kill_rank(self, rank: int) -> float:
-        os.kill(rank_pid(self.marker, rank), signal.SIGKILL)
+        os.kill(rank_pid(self.marker, rank, self.launcher), signal.SIGKILL)
         return time.monotonic()
 
     def finish(self, timeout: float) -> tuple[int, str, str]:
@@ -56,38 +73,41 @@ class Launch:
             out, err = self.process.communicate()
             pytest.fail(f"the launch did not end within {timeout} s:\n{out}\n{err}")
         finally:
+            if self.launcher == "srun":
+                subprocess.run(["scancel", "--name", self.name], capture_output=True,
+                               timeout=30)
             assert_no_leftovers(self.marker)
         return self.process.returncode, out, err
 
 
 @pytest.mark.timeout(90)
-def test_client_killed_the_other_ranks_exit_within_30_s():
-    launch = Launch(4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
+def test_client_killed_the_other_ranks_exit_within_30_s(launcher):
+    launch = Launch(launcher, 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
     launch.wait_ready()
     killed_at = launch.kill_rank(1)
     code, out, err = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
-    print(f"client SIGKILL -> launch returned in {elapsed:.1f} s")
+    print(f"{launcher}: client SIGKILL -> launch returned in {elapsed:.1f} s")
     assert code != 0
     assert elapsed < 30, f"{elapsed:.1f} s"
 
 
 @pytest.mark.timeout(90)
-def test_scheduler_killed_pending_futures_fail_with_broken_executor():
-    launch = Launch(4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
+def test_scheduler_killed_pending_futures_fail_with_broken_executor(launcher):
+    launch = Launch(launcher, 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
     launch.wait_ready()
     killed_at = launch.kill_rank(0)
     code, out, err = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
-    print(f"scheduler SIGKILL -> launch returned in {elapsed:.1f} s")
+    print(f"{launcher}: scheduler SIGKILL -> launch returned in {elapsed:.1f} s")
     assert "CLIENT SAW BrokenHPCExecutor" in out, (out, err)
     assert code != 0
     assert elapsed < 30, f"{elapsed:.1f} s"
 
 
 @pytest.mark.timeout(120)
-def test_worker_killed_mid_map_every_result_is_still_correct():
-    launch = Launch(5, "map_job.py")
+def test_worker_killed_mid_map_every_result_is_still_correct(launcher):
+    launch = Launch(launcher, 5, "map_job.py")
     launch.wait_ready()
     launch.kill_rank(2)
     code, out, err = launch.finish(timeout=90)
