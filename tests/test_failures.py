@@ -17,7 +17,8 @@ import pytest
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
 
 
-RANK_VARS = {"run": "HPCFUTURES_RANK", "srun": "SLURM_PROCID"}
+RANK_VARS = {"run": "HPCFUTURES_RANK", "srun": "SLURM_PROCID", "mpiexec": "PMI_RANK"}
+MPI_ENV = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}
 
 
 @pytest.fixture(params=["run", "srun"])
@@ -49,6 +50,9 @@ class Launch:
         self.name = f"hpcf-fail-{self.marker[:10]}"
         if launcher == "srun":
             command = ["srun", f"-n{n}", "-J", self.name, sys.executable, str(JOBS / job)]
+        elif launcher == "mpiexec":
+            command = ["mpiexec", "-n", str(n), sys.executable, str(JOBS / job)]
+            env = {**MPI_ENV, **(env or {})}
         else:
             command = [sys.executable, "-m", "hpcfutures", "run", "-n", str(n),
                        sys.executable, str(JOBS / job)]
@@ -113,3 +117,21 @@ def test_worker_killed_mid_map_every_result_is_still_correct(launcher):
     code, out, err = launch.finish(timeout=90)
     assert "RESULTS OK" in out, (out, err)
     assert code != 0  # the killed copy failed, and the launcher says so
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("rank, role", [(0, "scheduler"), (1, "client"), (2, "worker")])
+def test_under_mpiexec_a_killed_rank_ends_the_whole_job_promptly(rank, role):
+    """MPI's own rule: when one rank dies, mpiexec ends every rank.  No task
+    can be retried there, but nothing hangs and nothing is left behind."""
+    from conftest import have_command, require
+
+    require(have_command("mpiexec"), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    launch = Launch("mpiexec", 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
+    launch.wait_ready()
+    killed_at = launch.kill_rank(rank)
+    code, out, err = launch.finish(timeout=60)
+    elapsed = time.monotonic() - killed_at
+    print(f"mpiexec: {role} SIGKILL -> launch returned in {elapsed:.1f} s")
+    assert code != 0
+    assert elapsed < 30, f"{elapsed:.1f} s"
