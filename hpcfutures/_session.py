@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._config import Settings
-from ._errors import LaunchFinished, StartupTimeoutError
+from ._errors import LauncherError, LaunchFinished, StartupTimeoutError
 from ._logs import configure_rank_logging, quiet_dask_logging
 from ._loop import run_until_complete
 from ._roles import Identity, Role, assign_role
@@ -41,6 +41,8 @@ logger = logging.getLogger("hpcfutures")
 PROBE_TIMEOUT = 5.0
 #: Seconds between checks, while a worker registers, that the launch still runs.
 LAUNCH_OVER_POLL = 0.25
+#: Probes in a row without an answer after which a joining worker gives up.
+DEAD_AFTER_SILENT_PROBES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +208,12 @@ async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
         timeout=timeout,
         security=_dask.make_security(info.security),
     )
-    if not await _join_while_launch_lasts(service, plan.exchange, info, stop):
+    security = _dask.make_security(info.security)
+
+    async def answers() -> bool:
+        return await _dask.probe(info.address, LAUNCH_OVER_POLL * 4, security)
+
+    if not await _join_while_launch_lasts(service, plan.exchange, info, stop, answers):
         return 0
     status = await service.serve(stop)
     if status is None:
@@ -215,14 +222,17 @@ async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
 
 
 async def _join_while_launch_lasts(service, exchange: AddressExchange, info: SchedulerInfo,
-                                   stop: asyncio.Event) -> bool:
+                                   stop: asyncio.Event, answers) -> bool:
     """Register with the scheduler; False if the launch ended meanwhile.
 
     A worker that starts just as a short launch finishes (or a late job-array
     element) would otherwise retry a vanished scheduler until its deadline and
-    then report a failure that did not happen.
+    then report a failure that did not happen.  A scheduler that died while
+    this worker was joining (``answers()`` stays false) fails the join at once
+    instead of after the deadline.
     """
     joining = asyncio.ensure_future(service.join())
+    silent = 0
     while True:
         done, _ = await asyncio.wait([joining], timeout=LAUNCH_OVER_POLL)
         if done:
@@ -231,6 +241,13 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
             joining.cancel()
             await service.close("hpcfutures: the launch ended before this worker joined")
             return False
+        silent = 0 if await answers() else silent + 1
+        if silent >= DEAD_AFTER_SILENT_PROBES:
+            joining.cancel()
+            await service.close("hpcfutures: the scheduler died before this worker joined")
+            raise LauncherError(
+                f"the scheduler at {info.address} stopped answering while this worker was "
+                "joining it; it probably died: see the scheduler rank's output")
     try:
         joining.result()
     except Exception:
