@@ -51,16 +51,25 @@ class TaskFuture(cf.Future):
 
 
 def _settle(future: cf.Future, result: Any = None, exception: BaseException | None = None) -> None:
-    """Complete ``future`` unless the user cancelled it (or it is already done)."""
+    """Complete ``future`` unless the user cancelled it (or it is already done).
+
+    A future may already be RUNNING (sent to a worker inside a bundle, so it
+    can no longer be cancelled, as with ``ProcessPoolExecutor``).
+    """
+    if not future.running():
+        try:
+            if not future.set_running_or_notify_cancel():
+                return
+        except RuntimeError:  # finished meanwhile (e.g. failed by a broken executor)
+            if not future.running():
+                return
     try:
-        if not future.set_running_or_notify_cancel():
-            return
-    except RuntimeError:  # already finished (e.g. failed by a broken executor)
-        return
-    if exception is not None:
-        future.set_exception(exception)
-    else:
-        future.set_result(result)
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+    except cf.InvalidStateError:
+        pass  # settled by another path first (a broken executor)
 
 
 class TaskBridge:

@@ -12,9 +12,10 @@ and sends them when there is room, at most two bundles per worker thread:
   what is waiting, so long tasks still spread over every worker.
 
 Each call keeps its own future, result and exception.  A call still waiting
-here can be cancelled for real; one whose future becomes an argument of a later
-``submit`` is sent at once, and its value is picked out of its bundle on the
-workers.
+here can be cancelled for real; once sent its future is RUNNING and, as with
+``ProcessPoolExecutor``, no longer cancellable.  A call whose future becomes an
+argument of a later ``submit`` is sent at once, and its value is picked out of
+its bundle on the workers.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class Bundler:
         self._in_flight += 1
         for index, (future, *_rest) in enumerate(members):
             future._bundle = (bundle, index)
+            _mark_running(future)
         bundle.add_done_callback(lambda done: self._finished(done, members))
 
     def _finished(self, bundle: TaskFuture, members: list[tuple]) -> None:
@@ -122,6 +124,14 @@ class Bundler:
                 self._bridge.settle(future, result=value)
             else:
                 self._bridge.settle(future, exception=restore_traceback(value))
+
+
+def _mark_running(future: TaskFuture) -> None:
+    """Sent to a worker: like ``ProcessPoolExecutor``'s call queue, no longer cancellable."""
+    try:
+        future.set_running_or_notify_cancel()
+    except RuntimeError:
+        pass  # already settled (e.g. by a broken executor)
 
 
 def _describe(members: list[tuple]) -> str:

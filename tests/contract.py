@@ -206,6 +206,17 @@ def cancel_works_for_tasks_not_started(ex):
 
 
 @check
+def a_task_already_sent_cannot_be_cancelled(ex):
+    future = ex.submit(sleep_then, 0.5, "ran")
+    deadline = time.monotonic() + 10
+    while not (future.running() or future.done()) and time.monotonic() < deadline:
+        time.sleep(0.01)  # no event exists for "started"; bounded poll
+    assert future.running() or future.done(), "a submitted task never started"
+    assert not future.cancel(), "a task already running reported cancelled"
+    assert future.result(timeout=30) == "ran"
+
+
+@check
 def tasks_are_impure(ex):
     first = ex.submit(lambda: os.urandom(16))
     second = ex.submit(lambda: os.urandom(16))
