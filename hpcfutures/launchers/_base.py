@@ -143,7 +143,10 @@ class Launcher(abc.ABC):
 
     def lookup_timeout(self, identity: Identity) -> float:
         """Seconds a process waits for its peers (the scheduler, the client, a first
-        worker) to appear; job-array elements may wait longer in the queue."""
+        worker) to appear.  Job-array elements (an ``array_job_id`` field) may wait
+        in the queue for hours, so they get ``array_timeout`` instead."""
+        if identity.fields.get("array_job_id"):
+            return self.settings.array_timeout
         return self.settings.timeout
 
     def client_finished(self, identity: Identity, exit_status: int) -> None:

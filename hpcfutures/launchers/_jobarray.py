@@ -153,12 +153,6 @@ class JobArrayLauncher(Launcher):
             return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
         return super().address_exchange(identity)
 
-    def lookup_timeout(self, identity: Identity) -> float:
-        """Array elements may wait for each other in the queue: ``array_timeout``."""
-        if identity.fields.get("array_job_id"):
-            return self.settings.array_timeout
-        return self.settings.timeout
-
     def client_finished(self, identity: Identity, exit_status: int) -> None:
         """Delete the array's pending elements: nothing is left for them to do."""
         array_job = identity.fields.get("array_job_id")

@@ -190,12 +190,6 @@ class SlurmLauncher(Launcher):
             return ArrayFileExchange.for_array(self.settings, identity, array_job)
         return super().address_exchange(identity)
 
-    def lookup_timeout(self, identity: Identity) -> float:
-        """Array elements may wait for each other in the queue: ``array_timeout``."""
-        if identity.fields.get("array_job_id"):
-            return self.settings.array_timeout
-        return self.settings.timeout
-
     def client_finished(self, identity: Identity, exit_status: int) -> None:
         """Cancel array elements still pending: nothing is left for them to do."""
         array_job = identity.fields.get("array_job_id")
