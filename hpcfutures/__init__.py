@@ -7,6 +7,9 @@
 The same script runs on a laptop (local worker processes), under
 ``hpcfutures run -n 4``, ``srun`` or ``mpiexec``: each process negotiates a role
 and only the client gets past ``__enter__``.
+
+A launch started with ``hpcfutures serve`` has no client of its own: connect
+to it from outside with :func:`connect`, and end it with :func:`stop`.
 """
 
 from ._errors import (
@@ -14,11 +17,16 @@ from ._errors import (
     ConfigurationError,
     HPCFuturesError,
     LauncherError,
+    MissingDependencyError,
     NotEnoughRanksError,
+    NotServingError,
     RemoteTraceback,
     SchedulerFileError,
     StartupTimeoutError,
+    StopTimeoutError,
+    TaskMemoryError,
 )
+from ._connect import ConnectedExecutor, connect, stop
 from ._executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
@@ -28,16 +36,23 @@ __all__ = [
     "AddressExchange",
     "BrokenHPCExecutor",
     "ConfigurationError",
+    "ConnectedExecutor",
     "Executor",
     "HPCFuturesError",
     "Launcher",
     "LauncherError",
     "LocalExecutor",
     "MPIExecutor",
+    "MissingDependencyError",
     "NotEnoughRanksError",
+    "NotServingError",
     "RemoteTraceback",
     "SchedulerFileError",
     "SchedulerInfo",
     "SlurmExecutor",
     "StartupTimeoutError",
+    "StopTimeoutError",
+    "TaskMemoryError",
+    "connect",
+    "stop",
 ]

@@ -1,4 +1,4 @@
-"""``python -m hpcfutures run|info``."""
+"""``python -m hpcfutures run|info|serve|stop``."""
 
 import sys
 

@@ -28,11 +28,13 @@ import threading
 import uuid
 from typing import Any, Callable
 
+from ._capacity import WorkerMemory, ask_worker_memory
 from ._errors import BrokenHPCExecutor
 from ._loop import LoopThread
 from ._bundles import Bundler
 from ._durations import Durations
 from ._remote import pick, restore_traceback, run_chunk_task, run_task
+from ._roster import WorkerRoster
 
 __all__ = ["TaskBridge", "TaskFuture"]
 
@@ -93,6 +95,12 @@ class TaskBridge:
         self._bundler = Bundler(self)
         #: Seconds per call by function, shared by map chunks and submit bundles.
         self.durations = Durations()
+        #: Counts the calls that came back, for the end-of-run summary (None: off).
+        self.tally: Any = None
+        #: How errors name the scheduler's rank and a worker's (set by the client side).
+        self.scheduler_pointer = "the scheduler's process probably died; see its output"
+        #: Names the workers that leave early (its ``pointer`` is set by the client side).
+        self.roster = WorkerRoster()
 
     # ------------------------------------------------------------ user thread
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
@@ -110,6 +118,8 @@ class TaskBridge:
             schedule = not self._flush_scheduled
             self._flush_scheduled = True
         future.add_done_callback(self._on_done)
+        if self.tally is not None and runner is run_task:
+            future.add_done_callback(self.tally.future_done)
         if schedule:
             self._loop.call_soon(self._flush)
         return future
@@ -159,7 +169,10 @@ class TaskBridge:
             except Exception as err:
                 _settle(future, exception=_submission_error(fn, err))
                 continue
-            key = f"{self._prefix}{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
+            name = getattr(fn, '__name__', 'task')
+            if runner is run_chunk_task:  # "-x<n>": the calls it carries (see _summary.py)
+                name = f"{name}-x{len(args[0])}"
+            key = f"{self._prefix}{name}-{next(self._counter)}"
             groups.setdefault(runner, []).append((future, fn, args, kwargs, key))
         self._send_groups(groups)
 
@@ -237,7 +250,7 @@ class TaskBridge:
             self._bundler.send_now(future)
         if future._bundle is not None:
             bundle, index = future._bundle
-            key = f"{self._prefix}pick-{next(self._counter)}"
+            key = f"{self._prefix}pick-x0-{next(self._counter)}"  # runs no call
             future._dask = self._client.submit(pick, bundle._dask, index, key=key, pure=False)
             return future._dask
         if future.done():
@@ -252,6 +265,15 @@ class TaskBridge:
         loop, which deadlocks when the loop waits on the caller).
         """
         return self._total_threads
+
+    def worker_memory(self, timeout: float) -> dict[str, WorkerMemory]:
+        """Each worker's memory, asked of the scheduler now (not from the loop thread)."""
+        try:
+            return self._loop.run_sync(ask_worker_memory(self._client), timeout)
+        except TimeoutError as err:
+            raise TimeoutError(
+                f"the scheduler at {self._address} did not report its workers' memory "
+                f"within {timeout:g} s (HPCFUTURES_TIMEOUT)") from err
 
     def _refresh_cluster_size(self) -> int:
         """Read the client's cached scheduler info (loop thread); return the worker count."""
@@ -271,8 +293,8 @@ class TaskBridge:
             _settle(future, exception=restore_traceback(exception))
         elif not future.done() and not self._closing:
             self.break_executor(
-                f"the connection to the scheduler at {self._address} was lost "
-                "(the scheduler's process probably died; see its output)"
+                f"the connection to the scheduler at {self._address} was lost: "
+                f"{self.scheduler_pointer}"
             )
 
     async def _gather_ready(self) -> None:
@@ -304,7 +326,14 @@ class TaskBridge:
             else:
                 _settle(future, result=value)
 
-    async def watch_workers(self, deadline: float, interval: float = 1.0) -> None:
+    async def _live_workers(self) -> int:
+        """Workers connected right now, asked of the scheduler (the cache lags by ~2 s)."""
+        try:
+            return len(await asyncio.wait_for(self._client.scheduler.ncores(), 5))
+        except Exception:  # the scheduler is gone: _watch breaks the executor for that
+            return self._refresh_cluster_size()
+
+    async def watch_workers(self, deadline: float, interval: float = 0.5) -> None:
         """Break the executor if tasks wait while no worker exists for ``deadline`` s.
 
         Without this, work submitted after the last worker died (killed,
@@ -312,9 +341,14 @@ class TaskBridge:
         """
         alone_since = None
         loop = asyncio.get_running_loop()
+        await self.roster.refresh(self._client, self._is_closing)  # a worker may die soon
         while self._broken is None and not self._closing:
             await asyncio.sleep(interval)
             workers = self._refresh_cluster_size()
+            if workers and self.outstanding():
+                workers = await self._live_workers()
+            if workers != len(self.roster.seen):
+                await self.roster.refresh(self._client, self._is_closing)
             if workers or not self.outstanding():
                 alone_since = None
                 continue
@@ -323,7 +357,10 @@ class TaskBridge:
                 self.break_executor(
                     f"no worker has been connected for {deadline:g} s while "
                     f"{len(self.outstanding())} task(s) waited: every worker is gone "
-                    "(killed, out of memory, or its node failed); see the workers' output")
+                    f"(killed, out of memory, or its node failed); {self.roster.describe_lost()}")
+
+    def _is_closing(self) -> bool:
+        return self._closing
 
     # ------------------------------------------------------------ any thread
     def break_executor(self, reason: str) -> None:

@@ -1,4 +1,8 @@
-"""The ``hpcfutures`` command: ``run`` (a local launcher) and ``info`` (what was detected)."""
+"""The ``hpcfutures`` command.
+
+``run`` (a local launcher), ``info`` (what was detected), ``serve`` (every rank
+of a launch serves clients from outside) and ``stop`` (end a serving launch).
+"""
 
 from __future__ import annotations
 
@@ -34,7 +38,85 @@ def _parser() -> argparse.ArgumentParser:
     info = commands.add_parser(
         "info", help="show the detected launcher, rank, role and settings, and why")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    serve = commands.add_parser(
+        "serve", help="serve: rank 0 runs the scheduler, every other rank a worker; "
+                      "clients connect from outside with hpcfutures.connect(FILE)",
+        description="Run as one process of a serving launch (e.g. srun -n4 hpcfutures serve "
+                    "--scheduler-file ~/hpcfutures-{job_id}.json). No rank runs your code: "
+                    "clients connect from outside with hpcfutures.connect(FILE), and leaving "
+                    "does not stop the launch. It stops on 'hpcfutures stop FILE', SIGTERM "
+                    "(scancel, the time limit), Ctrl-C or --idle-timeout; every rank then "
+                    "exits 0.")
+    serve.add_argument("--scheduler-file", metavar="PATH",
+                       help="where the scheduler writes its address and credentials (0600); "
+                            "may use {job_id}, {user}, {launch_id}; default: "
+                            "HPCFUTURES_SCHEDULER_FILE (one of the two is required)")
+    serve.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS",
+                       help="stop once no client has been connected for this long "
+                            "(default: serve until stopped)")
+    serve.add_argument("--host", metavar="ADDRESS",
+                       help="address the scheduler and workers listen on (default: "
+                            "HPCFUTURES_HOST, else Dask's default, reachable from other hosts)")
+    serve.add_argument("--interface", metavar="NAME",
+                       help="network interface to listen on instead, e.g. ib0 "
+                            "(default: HPCFUTURES_INTERFACE)")
+    serve.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                       help="start-up deadline of every rank (default: HPCFUTURES_TIMEOUT "
+                            "or 60)")
+
+    stop = commands.add_parser(
+        "stop", help="stop the serving launch behind a scheduler file",
+        description="Ask the launch that wrote FILE (hpcfutures serve) to stop, and wait "
+                    "until it has: every rank exits 0 and srun returns.")
+    stop.add_argument("file", metavar="FILE", help="the scheduler file given to serve")
+    stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                      help="how long to wait for the launch to confirm (default: 60)")
     return parser
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+    return value
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    from ._config import resolve_settings
+    from ._errors import HPCFuturesError
+    from ._serve import serve
+
+    try:
+        settings = resolve_settings({"scheduler_file": args.scheduler_file,
+                                     "timeout": args.timeout, "host": args.host,
+                                     "interface": args.interface})
+        status = serve(settings, idle_timeout=args.idle_timeout)
+    except HPCFuturesError as err:
+        print(f"hpcfutures serve: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
+    # Leave at once, as every serving rank of a launch does: a task still
+    # running in a worker thread must not keep the rank (and the job) alive.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from ._connect import stop
+    from ._errors import HPCFuturesError
+
+    try:
+        stop(args.file, timeout=args.timeout)
+    except HPCFuturesError as err:
+        print(f"hpcfutures stop: {err}", file=sys.stderr)
+        return 1
+    print(f"hpcfutures stop: the launch serving through {args.file} has stopped")
+    return 0
 
 
 def _info(as_json: bool) -> int:
@@ -100,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run(args.ntasks, command, grace=args.grace)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "stop":
+        return _stop(args)
     return _info(args.json)
 
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import re
 import signal
+import sys
 import threading
 from typing import Any
 
 from ._bridge import TaskBridge
 from ._config import Settings
 from ._errors import StartupTimeoutError
-from ._logs import configure_rank_logging, quiet_dask_logging
+from ._logs import configure_rank_logging, quiet_dask_logging, where_to_read
 from ._loop import LoopThread
-from ._roles import Role
+from ._roles import SCHEDULER_RANK, Role
 from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler, start_scheduler
 from .launchers import SchedulerInfo
 from .launchers.embedded import available_cores
@@ -31,6 +34,8 @@ logger = logging.getLogger("hpcfutures")
 
 #: Seconds the client gives the launch to wind down before giving up on it.
 SHUTDOWN_GRACE = 10.0
+#: Seconds the end-of-run summary waits for the scheduler's numbers.
+SUMMARY_WAIT = 5.0
 
 
 class ClientSide:
@@ -47,14 +52,23 @@ class ClientSide:
         self.bridge: TaskBridge | None = None
         self.credentials: dict[str, str] = {}
         self._previous_sigterm: Any = None
+        #: The end-of-run summary's client tally and scheduler ledger (summary=True).
+        self.tally: Any = None
+        self._ledger: str | None = None
 
     def start(self) -> TaskBridge:
+        if self.settings.summary:
+            from ._summary import CallTally
+
+            self.tally = CallTally()  # the wall time starts now
         if self.plan.role is Role.STANDALONE:
             self._spawn_local_workers()  # first: their start-up overlaps ours
         from . import _dask
 
         quiet_dask_logging()
-        if self.plan.role is not Role.STANDALONE:
+        # Tag log lines with the rank inside a launch; a client connected from
+        # outside a serving launch (a launch of its own, size 1) has no rank.
+        if self.plan.role is not Role.STANDALONE and self.plan.identity.size > 1:
             configure_rank_logging(self.plan.identity.rank, self.plan.role.value,
                                    self.plan.identity.launch_id)
         self.loop = LoopThread()
@@ -76,6 +90,7 @@ class ClientSide:
             raise
         threads = self.loop.run_sync(_total_threads(self.client), self.settings.timeout)
         self.bridge = TaskBridge(self.loop, self.client, address, threads)
+        self._attach_reports(_dask)
         self.loop.call_soon(asyncio.ensure_future, self.bridge.watch_workers(self.settings.timeout))
         self._catch_sigterm()
         return self.bridge
@@ -148,11 +163,51 @@ class ClientSide:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
 
+    # ------------------------------------------------------------------ reports
+    def _attach_reports(self, _dask) -> None:
+        """Rank pointers for errors, and the opt-in dashboard line and summary ledger."""
+        assert self.bridge is not None
+        identity = self.plan.identity
+        if identity.size > 1:  # a rank of a launch: the other ranks' logs have known names
+            if not self.settings.scheduler_in_client:
+                where = where_to_read(SCHEDULER_RANK, "scheduler", identity.launch_id)
+                self.bridge.scheduler_pointer = (
+                    f"rank {SCHEDULER_RANK} (scheduler) probably died; {where}")
+            self.bridge.roster.pointer = functools.partial(_worker_pointer, identity.launch_id)
+        if self.settings.dashboard:
+            from ._dashboard import announce_dashboard
+
+            announce_dashboard(self._ask(_dask.dashboard_facts(self.client)))
+        if self.tally is not None:
+            self.bridge.tally = self.tally
+            self._ledger = self._ask(_dask.start_usage(self.client))
+            self.tally.mark_ready()
+
+    def _ask(self, coro, timeout: float | None = None) -> Any:
+        """A report's question to the scheduler; None if it goes unanswered."""
+        assert self.loop is not None
+        try:
+            return self.loop.run_sync(coro, timeout or self.settings.timeout)
+        except Exception:
+            logger.debug("the scheduler did not answer a report's question", exc_info=True)
+            return None
+
+    def _print_summary(self) -> None:
+        from . import _dask
+        from ._summary import format_summary
+
+        usage = None
+        if self._ledger is not None and self.bridge is not None and self.bridge.broken is None:
+            usage = self._ask(_dask.usage_report(self.client, self._ledger), SUMMARY_WAIT)
+        print(format_summary(self.tally, usage), file=sys.stderr, flush=True)
+
     # ------------------------------------------------------------------ the end
     def finish(self, status: int) -> None:
         """Tell the scheduler (and so every rank) the status, then clean up."""
         if self.bridge is not None:
             self.bridge.closing()
+            if self.tally is not None:
+                self._print_summary()
         self._teardown(status)
         self.plan.launcher.client_finished(self.plan.identity, status)
 
@@ -182,6 +237,15 @@ class ClientSide:
 async def _total_threads(client: Any) -> int:
     """Worker threads right now (the client's cached info, read on its own loop)."""
     return int((client.scheduler_info() or {}).get("total_threads") or 1)
+
+
+def _worker_pointer(launch_id: str, name: str) -> tuple[str, str]:
+    """(who, where to look) for a worker of this launch, named ``rank-N`` by its rank."""
+    match = re.fullmatch(r"rank-(\d+)", name)
+    if match is None:
+        return f"worker {name}", "see its output"
+    rank = int(match.group(1))
+    return f"rank {rank} (worker)", where_to_read(rank, "worker", launch_id)
 
 
 def _raise_system_exit(signum: int, frame: Any) -> None:

@@ -56,6 +56,23 @@ def _to_memory(text: Any) -> str | int | None:
     return str(text)
 
 
+#: The values a progress setting resolves to.
+PROGRESS_MODES = ("off", "auto", "always")
+
+
+def _to_progress(text: Any) -> str:
+    """``'off'``, ``'auto'`` (a bar only on a terminal) or ``'always'``; booleans map
+    to off and auto, so ``progress=True`` never writes into a log file."""
+    if isinstance(text, str) and text.strip().lower() in PROGRESS_MODES:
+        return text.strip().lower()
+    try:
+        return "auto" if _to_bool(text) else "off"
+    except ValueError:
+        raise ValueError(
+            f"expected a boolean, 'auto' or 'always' (also on a non-terminal), got {text!r}"
+        ) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class _Option:
     name: str
@@ -92,6 +109,24 @@ _OPTIONS = (
     _Option("exit_when_done", True, _to_bool,
             "Non-client ranks exit the process when the client is done; if false, "
             "__enter__ returns None on them instead."),
+    _Option("progress", "off", _to_progress,
+            "Progress bar for Executor.map, on stderr (needs tqdm): true or 'auto' shows it "
+            "only when stderr is a terminal, 'always' also writes it to a file or pipe; "
+            "map(..., progress=) overrides it per call."),
+    _Option("dashboard", False, _to_bool,
+            "Serve Dask's dashboard from the scheduler (needs bokeh); the client prints its "
+            "address and an ssh tunnel command when it starts."),
+    _Option("dashboard_address", "127.0.0.1:8787", _to_optional_str,
+            "Where the dashboard listens, on the scheduler's host; loopback by default, "
+            "reached through an ssh tunnel. A taken port is replaced by a free one."),
+    _Option("summary", False, _to_bool,
+            "When the client leaves the with block, print calls run and failed, calls "
+            "re-run after a lost worker, each worker's busy time and the wall time."),
+    _Option("release_idle_after", None, _to_positive_float,
+            "Seconds after which an idle worker retires and its rank exits 0, handing its "
+            "resources back (useful when each worker is a job-array element); default: never."),
+    _Option("min_workers", 1, _to_positive_int,
+            "Workers kept however idle they are, when release_idle_after is set."),
 )
 
 SETTINGS_DOC = {option.name: option.doc for option in _OPTIONS}
@@ -113,6 +148,12 @@ class Settings:
     scheduler_in_client: bool
     security: bool
     exit_when_done: bool
+    progress: str
+    dashboard: bool
+    dashboard_address: str | None
+    summary: bool
+    release_idle_after: float | None
+    min_workers: int
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
 

@@ -19,14 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from distributed import Client, Scheduler, Security, Worker
-from distributed.comm import connect
+from distributed.comm import CommClosedError, connect
+from distributed.core import send_recv
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from . import _memory as memory
 from ._logs import quiet_for_shutdown
+from ._release import IdleRelease
+from ._dashboard import dashboard_facts_here
+from ._summary import UsageLedger, report_and_remove
 
 __all__ = [
     "EXIT_FAILED",
@@ -35,6 +42,10 @@ __all__ = [
     "connect_client",
     "finish_client",
     "probe",
+    "request_stop",
+    "dashboard_facts",
+    "start_usage",
+    "usage_report",
     "WorkerService",
     "run_worker",
     "wait_for_workers",
@@ -43,6 +54,10 @@ __all__ = [
 logger = logging.getLogger("hpcfutures")
 
 VERDICT_OP = "hpcfutures-verdict"
+#: Asks the scheduler for the workers it retired as idle (see _release.py).
+RELEASED_OP = "hpcfutures_released"
+#: Where the dashboard listens when asked for without an address.
+DASHBOARD_ADDRESS = "127.0.0.1:8787"
 #: Exit status of the other ranks when the client failed or vanished.
 EXIT_FAILED = 1
 #: Seconds a worker may take to close before its rank leaves regardless.
@@ -77,11 +92,16 @@ def make_security(credentials: Mapping[str, str] | None) -> Security | None:
 
 
 class Coordinator(SchedulerPlugin):
-    """Scheduler plug-in that knows when the launch is over, and how it ended."""
+    """Scheduler plug-in that knows when the launch is over, and how it ended.
+
+    With ``keep_serving`` (``hpcfutures serve``) the launch has no client of
+    its own: clients from outside come and go, and none of them ends it; a stop
+    request (``hpcfutures_stop``), a signal or the idle timeout does.
+    """
 
     name = "hpcfutures-coordinator"
 
-    def __init__(self) -> None:
+    def __init__(self, keep_serving: bool = False) -> None:
         self.verdict: int | None = None
         self.requested: int | None = None
         self.reason = ""
@@ -89,14 +109,24 @@ class Coordinator(SchedulerPlugin):
         self.client_seen = asyncio.Event()
         self.done = asyncio.Event()
         self.scheduler: Scheduler | None = None
+        self.keep_serving = keep_serving
+        #: Serving launch: the clients connected now, and since when there are none.
+        self.clients: set[str] = set()
+        self.idle_since = time.monotonic()
 
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         scheduler.handlers["hpcfutures_register"] = self._register
         scheduler.handlers["hpcfutures_finish"] = self._finish
+        scheduler.handlers[RELEASED_OP] = lambda: []  # until idle release is on
+        if self.keep_serving:
+            scheduler.handlers["hpcfutures_stop"] = self._stop
 
     def _register(self, client: str) -> str:
-        self.client_id = client
+        if self.keep_serving:
+            self.clients.add(client)
+        else:
+            self.client_id = client
         self.client_seen.set()
         assert self.scheduler is not None
         _hurry(self.scheduler.client_comms.get(client))
@@ -113,6 +143,10 @@ class Coordinator(SchedulerPlugin):
         return "ok"
 
     def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        if client in self.clients:
+            self.clients.discard(client)
+            if not self.clients:
+                self.idle_since = time.monotonic()
         if client != self.client_id:
             return
         if self.requested is None:
@@ -136,27 +170,48 @@ class Coordinator(SchedulerPlugin):
                 stream.send({"op": VERDICT_OP, "status": status})
         self.done.set()
 
+    def _stop(self, reason: str = "") -> str:
+        self.end(0, reason or "a stop was requested")
+        return "ok"
+
+    async def until_stopped(self, idle_timeout: float | None = None) -> int:
+        """Serving launch: wait for a stop (or ``idle_timeout`` s without a client)."""
+        while not self.done.is_set():
+            idle = 0.0 if self.clients else time.monotonic() - self.idle_since
+            if idle_timeout is not None and idle >= idle_timeout:
+                self.end(0, f"no client was connected for {idle_timeout:g} s (idle timeout)")
+                break
+            wait = None if idle_timeout is None else max(idle_timeout - idle, 0.05)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.done.wait(), wait)
+        return self.verdict if self.verdict is not None else EXIT_FAILED
+
 
 class SchedulerService:
     """A Dask scheduler in this process, with the coordinator attached."""
 
     def __init__(self, *, host: str | None, interface: str | None,
-                 security: Any = None, http_address: str = "127.0.0.1:0") -> None:
-        self.coordinator = Coordinator()
+                 security: Any = None, http_address: str = "127.0.0.1:0",
+                 keep_serving: bool = False, dashboard: bool = False,
+                 dashboard_address: str | None = None) -> None:
+        self.coordinator = Coordinator(keep_serving)
         self._options = dict(
             host=host,
             interface=interface,
             protocol="tls" if security is not None else None,
             port=0,
-            dashboard=False,
+            # Without bokeh Dask serves a page saying so; the client warns.
+            dashboard=dashboard,
             # Dask always serves some HTTP routes (health, metrics); keep them
             # on loopback and off the fixed port 8787 that another launch may hold.
-            dashboard_address=http_address,
+            dashboard_address=(dashboard_address or DASHBOARD_ADDRESS) if dashboard
+            else http_address,
             plugins=[self.coordinator],
             security=security,
             validate=False,
         )
         self._scheduler: Scheduler | None = None
+        self._background: list[asyncio.Task] = []
 
     @property
     def address(self) -> str:
@@ -165,11 +220,38 @@ class SchedulerService:
 
     async def start(self) -> SchedulerService:
         """Start the scheduler on the running event loop (Dask binds it to that loop)."""
-        self._scheduler = await Scheduler(**self._options)
+        with warnings.catch_warnings():
+            # A taken dashboard port is replaced by a free one; the client's
+            # dashboard line gives the port in use, so Dask's warning is noise.
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            scheduler = Scheduler(**self._options)
+        self._scheduler = await scheduler
         return self
 
-    async def serve(self, client_timeout: float) -> int:
-        """Serve until the client says it is done; return the launch's exit status."""
+    def release_idle_workers(self, idle_after: float, keep: int) -> IdleRelease:
+        """Retire workers idle for ``idle_after`` s (see :mod:`._release`) from now on."""
+        assert self._scheduler is not None
+        scheduler = self._scheduler
+
+        def say_goodbye(address: str) -> None:
+            # The worker's rank exits with this status: done, not failed.
+            scheduler.worker_send(address, {"op": VERDICT_OP, "status": 0})
+
+        release = IdleRelease(scheduler, idle_after, keep, say_goodbye,
+                              started=self.coordinator.client_seen.is_set)
+        scheduler.handlers[RELEASED_OP] = lambda: list(release.released)
+        task = asyncio.ensure_future(release.run())
+        self._background.append(task)
+        return release
+
+    async def serve(self, client_timeout: float, idle_timeout: float | None = None) -> int:
+        """Serve until the client says it is done; return the launch's exit status.
+
+        A serving launch (``keep_serving``) has no client of its own: it serves
+        until stopped, or until no client was connected for ``idle_timeout`` s.
+        """
+        if self.coordinator.keep_serving:
+            return await self.coordinator.until_stopped(idle_timeout)
         try:
             await asyncio.wait_for(self.coordinator.client_seen.wait(), client_timeout)
         except asyncio.TimeoutError:
@@ -182,6 +264,8 @@ class SchedulerService:
         return self.coordinator.verdict if self.coordinator.verdict is not None else EXIT_FAILED
 
     async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
         if self._scheduler is not None:
             await self._scheduler.close(reason="hpcfutures: launch finished")
 
@@ -223,6 +307,8 @@ class WorkerService:
         """Start the worker and register with the scheduler (raises if that fails)."""
         await self._worker
         _hurry(self._worker.batched_stream)
+        # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
+        memory.enforce(self._worker.memory_manager.memory_limit)
 
     async def close(self, reason: str = "scheduler-close", **_: Any) -> None:
         """Close now, without waiting for running tasks.
@@ -280,6 +366,27 @@ async def probe(address: str, timeout: float, security: Any = None) -> bool:
     return True
 
 
+async def request_stop(address: str, timeout: float, security: Any = None,
+                       reason: str = "") -> bool:
+    """Ask a serving launch's scheduler to end the launch; whether it accepted.
+
+    The scheduler may close the connection before its answer arrives (it is
+    stopping); that counts as accepted, and the caller confirms the stop
+    through the scheduler file.
+    """
+    args = security.get_connection_args("client") if security is not None else {}
+    comm = await connect(address, timeout=timeout, **args)
+    try:
+        reply = await asyncio.wait_for(
+            send_recv(comm, op="hpcfutures_stop", reason=reason), timeout)
+    except CommClosedError:
+        return True
+    finally:
+        with contextlib.suppress(Exception):
+            await comm.close()
+    return reply == "ok"
+
+
 async def connect_client(address: str, timeout: float, security: Any = None) -> Client:
     """An asynchronous Dask client, registered with the coordinator as *the* client."""
     client = await Client(
@@ -300,6 +407,32 @@ async def connect_client(address: str, timeout: float, security: Any = None) -> 
 async def wait_for_workers(client: Client, timeout: float) -> None:
     """Wait until at least one worker has joined, at most ``timeout`` s."""
     await client.wait_for_workers(1, timeout=timeout)
+
+
+class UsagePlugin(UsageLedger, SchedulerPlugin):
+    """The end-of-run summary's ledger (see ``_summary.py``) as a scheduler plug-in."""
+
+
+async def start_usage(client: Client) -> str:
+    """Start counting this client's work on the scheduler; return the ledger's name.
+
+    The client installs the ledger itself (only when ``summary`` is on), so the
+    scheduler pays nothing otherwise, and each client gets a ledger of its own.
+    """
+    name = f"hpcfutures-usage-{client.id}"
+    await client.register_plugin(UsagePlugin(), name=name)
+    return name
+
+
+async def usage_report(client: Client, name: str) -> dict[str, Any] | None:
+    """The ledger's report (and the ledger removed), None if it is gone."""
+    return await client.run_on_scheduler(report_and_remove, name)
+
+
+async def dashboard_facts(client: Client) -> dict[str, Any]:
+    """Where the scheduler's dashboard listens, asked of the scheduler (which may
+    be another rank on another host); see :func:`._dashboard.dashboard_facts_here`."""
+    return await client.run_on_scheduler(dashboard_facts_here)
 
 
 async def finish_client(client: Client, status: int, timeout: float = 5.0) -> None:

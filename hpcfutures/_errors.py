@@ -6,8 +6,12 @@
     ├── ConfigurationError (ValueError)       bad option or environment variable
     │   └── NotEnoughRanksError               too few processes for the roles
     ├── LauncherError (RuntimeError)          the launcher's environment is unusable
+    ├── MissingDependencyError (ImportError)  an optional package a setting needs is absent
     ├── SchedulerFileError (RuntimeError)     unreadable, foreign or unsafe scheduler file
     ├── StartupTimeoutError (TimeoutError)    a peer did not appear before the deadline
+    ├── StopTimeoutError (TimeoutError)       a serving launch did not confirm its stop
+    ├── NotServingError (ConnectionError)     connect(): no serving launch behind the file
+    ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
     └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone
 
 Each class also derives from the built-in exception callers already catch, so
@@ -24,9 +28,13 @@ __all__ = [
     "ConfigurationError",
     "HPCFuturesError",
     "LauncherError",
+    "MissingDependencyError",
     "NotEnoughRanksError",
+    "NotServingError",
     "SchedulerFileError",
     "StartupTimeoutError",
+    "StopTimeoutError",
+    "TaskMemoryError",
 ]
 
 
@@ -46,12 +54,44 @@ class LauncherError(HPCFuturesError, RuntimeError):
     """The launcher's environment is missing or inconsistent."""
 
 
+class MissingDependencyError(HPCFuturesError, ImportError):
+    """A feature was asked for whose optional package is not installed.
+
+    For example ``map(..., progress=True)`` without tqdm.  The message names
+    the package and the ``pip install`` that brings it.
+    """
+
+
 class SchedulerFileError(HPCFuturesError, RuntimeError):
     """A scheduler file cannot be trusted: foreign launch, unsafe mode, bad content."""
 
 
 class StartupTimeoutError(HPCFuturesError, TimeoutError):
     """Something a process waited for at start-up did not happen in time."""
+
+
+class StopTimeoutError(HPCFuturesError, TimeoutError):
+    """A serving launch was asked to stop but did not confirm it before the deadline."""
+
+
+class NotServingError(HPCFuturesError, ConnectionError):
+    """No serving launch can be reached through a scheduler file.
+
+    Raised by :func:`hpcfutures.connect` and :func:`hpcfutures.stop` when the
+    file is missing (nothing was started, or not yet), marks a launch that has
+    stopped, names an address where nobody answers (the job ended without
+    cleaning up), or belongs to a launch that has its own client and does not
+    accept others.  The message says which, and what to do.
+    """
+
+
+class TaskMemoryError(MemoryError, HPCFuturesError):
+    """A task would have taken its worker past the worker's memory limit.
+
+    Only that task fails; the worker stays up and runs the next ones.
+    (``MemoryError`` comes first so the exception can be unpickled on the
+    client: its ``__new__`` must be ``MemoryError``'s.)
+    """
 
 
 class BrokenHPCExecutor(HPCFuturesError, BrokenExecutor):

@@ -18,8 +18,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
 from ._bridge import TaskBridge, TaskFuture
+from ._capacity import WorkerMemory
 from ._config import resolve_settings
 from ._mapping import MapRun
+from ._progress import open_bar, progress_mode
 from ._session import Session
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
@@ -64,6 +66,21 @@ class Executor(cf.Executor):
             as you.  Only for trusted, single-user networks.
         exit_when_done: On non-client ranks, exit the process when the client
             is done (default); if false, return and let ``__enter__`` give None.
+        progress: Default progress bar of :meth:`map` (needs tqdm): ``False``
+            (default), ``True`` (``"auto"``: only when stderr is a terminal,
+            so batch logs stay clean) or ``"always"`` (also into a file).
+        dashboard: Serve Dask's dashboard from the scheduler (needs bokeh);
+            the client prints its address and an ``ssh -L`` command.
+        dashboard_address: Where the dashboard listens on the scheduler's
+            host (default ``"127.0.0.1:8787"``: loopback, through a tunnel).
+        summary: When the client leaves the ``with`` block, print the calls
+            run and failed, the calls re-run after a lost worker, each
+            worker's busy time and the wall time.
+        release_idle_after: Seconds after which an idle worker retires and
+            its rank exits 0, handing its CPUs and memory back to the cluster
+            while the launch goes on (useful when each worker is its own
+            job-array element); default: never.
+        min_workers: Workers kept however idle they are (default 1).
     """
 
     _launcher_name: ClassVar[str | None] = None
@@ -83,6 +100,12 @@ class Executor(cf.Executor):
         scheduler_in_client: bool | None = None,
         security: bool | None = None,
         exit_when_done: bool | None = None,
+        progress: bool | str | None = None,
+        dashboard: bool | None = None,
+        dashboard_address: str | None = None,
+        summary: bool | None = None,
+        release_idle_after: float | None = None,
+        min_workers: int | None = None,
     ) -> None:
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
@@ -99,12 +122,25 @@ class Executor(cf.Executor):
             "scheduler_in_client": scheduler_in_client,
             "security": security,
             "exit_when_done": exit_when_done,
+            "progress": progress,
+            "dashboard": dashboard,
+            "dashboard_address": dashboard_address,
+            "summary": summary,
+            "release_idle_after": release_idle_after,
+            "min_workers": min_workers,
         })
         self._lock = threading.Lock()
         self._shutdown = False
         self._map_runs: weakref.WeakSet[MapRun] = weakref.WeakSet()
-        self._session = Session(settings)
+        self._session = self._new_session(settings)
         self._bridge: TaskBridge | None = self._session.start()
+
+    def _new_session(self, settings: Any) -> Session:
+        """How this executor finds its cluster: by negotiating a role in the launch.
+
+        :class:`~hpcfutures.ConnectedExecutor` overrides it to connect from outside.
+        """
+        return Session(settings)
 
     # ------------------------------------------------------------- properties
     @property
@@ -149,7 +185,8 @@ class Executor(cf.Executor):
             return bridge.submit(fn, args, kwargs)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
+            timeout: float | None = None, chunksize: int = 1,
+            progress: bool | str | None = None) -> Iterator[Any]:
         """Like :func:`map`, run on the workers; results come back in order.
 
         Items are grouped into Dask tasks adaptively (see :mod:`._mapping`):
@@ -157,16 +194,39 @@ class Executor(cf.Executor):
         as their durations become known.  The iterator raises ``TimeoutError``
         if a result is not ready ``timeout`` s after the call, and an item's
         exception at its position.
+
+        ``progress`` (not in the standard library) overrides the executor's
+        ``progress`` setting for this call: ``True`` draws a tqdm bar on
+        stderr when it is a terminal, ``"always"`` draws it anyway, ``False``
+        never.  Asking for a bar without tqdm installed raises
+        :class:`~hpcfutures.MissingDependencyError`.
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
         items = list(zip(*iterables))
         with self._lock:
             bridge = self._usable_bridge()
-            run = MapRun(bridge, fn, items, chunksize, bridge.worker_threads).start()
+            bar = None if mode == "off" else open_bar(mode, len(items), fn)
+            run = MapRun(bridge, fn, items, chunksize, bridge.worker_threads,
+                         progress=bar).start()
             self._map_runs.add(run)
         return run.results(end_time)
+
+    def worker_memory_limits(self) -> dict[str, WorkerMemory]:
+        """The memory each connected worker may use, by worker address.
+
+        For tools that size work by memory (the Cubed integration checks its
+        ``allowed_mem`` against ``per_task``): the workers' limits, not the
+        client machine's.  Each value has ``limit`` (the worker's memory limit
+        in bytes, None without one), ``threads``, ``host_share`` (its share of
+        its host's memory), ``usable`` and ``per_task``.  Asks the scheduler
+        each time; workers that have not joined yet are not listed.
+        """
+        with self._lock:
+            bridge = self._usable_bridge()
+        return bridge.worker_memory(self._session.settings.timeout)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Finish the launch: every other rank stops once pending work is done."""

@@ -12,7 +12,13 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["configure_rank_logging", "quiet_dask_logging", "quiet_for_shutdown"]
+__all__ = [
+    "configure_rank_logging", "quiet_dask_logging", "quiet_for_shutdown", "rank_log_path",
+    "where_to_read",
+]
+
+#: The variable naming the directory of per-rank log files.
+LOG_DIR_VAR = "HPCFUTURES_LOG_DIR"
 
 _DASK_LOGGERS = ("distributed", "tornado")
 
@@ -82,10 +88,9 @@ def configure_rank_logging(rank: int, role: str, launch_id: str,
     ours.addHandler(console)
     ours.propagate = False
     _RANK_HANDLERS.append(console)
-    directory = environ.get("HPCFUTURES_LOG_DIR")
-    if not directory:
+    path = rank_log_path(rank, role, launch_id, environ)
+    if path is None:
         return None
-    path = os.path.join(os.path.expanduser(directory), launch_id, f"rank-{rank}-{role}.log")
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     to_file = logging.FileHandler(path)
     to_file.setFormatter(fmt)
@@ -102,3 +107,27 @@ def configure_rank_logging(rank: int, role: str, launch_id: str,
                 environ.get("HPCFUTURES_DASK_LOG_LEVEL", "WARNING").upper())))
     _RANK_HANDLERS.append(to_file)
     return path
+
+
+def rank_log_path(rank: int, role: str, launch_id: str, environ=os.environ) -> str | None:
+    """The file rank ``rank`` logs to, or None when ``HPCFUTURES_LOG_DIR`` is not set.
+
+    One definition for the ranks that write the files and for whoever points
+    the user at them (``hpcfutures run``, a broken executor's error).
+    """
+    directory = environ.get(LOG_DIR_VAR)
+    if not directory:
+        return None
+    return os.path.join(os.path.expanduser(directory), launch_id, f"rank-{rank}-{role}.log")
+
+
+def where_to_read(rank: int, role: str, launch_id: str, environ=os.environ) -> str:
+    """Where the user finds what rank ``rank`` said: its log file, else its tagged output."""
+    path = rank_log_path(rank, role, launch_id, environ)
+    if path is not None and os.path.exists(path):
+        return f"read {path}"
+    if path is not None:
+        return (f"it wrote no {path} (it failed before it started logging): see its "
+                "output")
+    return (f"see its output (lines tagged [rank {rank} {role}]), or set {LOG_DIR_VAR} "
+            "to keep one log file per rank")

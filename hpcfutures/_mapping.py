@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._progress import MapProgress
 from ._remote import ChunkOutcome, restore_traceback, run_chunk_task
 
 __all__ = ["MapRun"]
@@ -42,7 +43,8 @@ class MapRun:
     """One ``map`` call: feeds chunks to the bridge, collects outcomes in order."""
 
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
-                 chunksize: int, threads: Callable[[], int]) -> None:
+                 chunksize: int, threads: Callable[[], int], *,
+                 progress: MapProgress | None = None) -> None:
         self._bridge = bridge
         self._fn = fn
         self._pending = collections.deque(items)
@@ -57,6 +59,9 @@ class MapRun:
         self._cond = threading.Condition()
         self._stopped = False
         self.finished = threading.Event()
+        #: Told how many calls each chunk brought back; both None unless asked for.
+        self._progress = progress
+        self._tally = getattr(bridge, "tally", None)
 
     # -------------------------------------------------------------- feeding
     def start(self) -> MapRun:
@@ -110,6 +115,8 @@ class MapRun:
             else:
                 outcome = _outcome_of(future)
                 self._outcomes[start] = outcome
+                if self._progress is not None or self._tally is not None:
+                    self._count(outcome)
                 if outcome.error is not None:
                     self._stopped = True  # nothing after the error is ever yielded
                 else:
@@ -121,9 +128,18 @@ class MapRun:
         if outcome.values:
             self._durations.record(self._fn, outcome.seconds / len(outcome.values))
 
+    def _count(self, outcome: ChunkOutcome) -> None:
+        calls = len(outcome.values) + (outcome.error is not None)
+        if self._progress is not None:
+            self._progress.advance(calls)
+        if self._tally is not None:
+            self._tally.calls_done(calls, failed=int(outcome.error is not None))
+
     def _check_finished(self) -> None:
         if not self._in_flight and (self._stopped or not self._pending):
             self.finished.set()
+            if self._progress is not None:
+                self._progress.close()
 
     # ------------------------------------------------------------- stopping
     def cancel(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import cloudpickle
 
 from ._errors import RemoteTraceback
+from ._memory import explain
 
 __all__ = [
     "BundleOutcome", "ChunkOutcome", "pick", "restore_traceback", "run_bundle", "run_chunk",
@@ -37,11 +38,29 @@ def set_location(text: str) -> None:
 
 def _annotate(exc: BaseException) -> BaseException:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    exc = _rebuildable(explain(exc))
     header = f'\n"""\nTraceback from {_location}:\n'
     try:
         setattr(exc, _TRACEBACK_ATTR, f"{header}{text}\"\"\"")
     except AttributeError:  # exception types with __slots__ and no __dict__
         pass
+    return exc
+
+
+def _rebuildable(exc: BaseException) -> BaseException:
+    """``exc``, or a RuntimeError with its text if it cannot survive a pickle round trip.
+
+    An exception whose class cannot be rebuilt from its pickle (a custom
+    ``__init__`` with required arguments, an unusual ``__new__``) would
+    otherwise fail on the client while results are unpacked, taking the
+    results that travelled with it down too.
+    """
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+    except Exception as err:
+        return RuntimeError(
+            f"{type(exc).__qualname__}: {exc} (the task raised this exception, but it could "
+            f"not be sent back to the client as itself: {type(err).__name__}: {err})")
     return exc
 
 

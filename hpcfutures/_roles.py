@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 from ._errors import NotEnoughRanksError
 
-__all__ = ["Identity", "Role", "assign_role", "minimum_size", "SCHEDULER_RANK"]
+__all__ = ["Identity", "Role", "assign_role", "assign_serving_role", "minimum_size",
+           "SCHEDULER_RANK"]
 
 SCHEDULER_RANK = 0
 
@@ -100,3 +101,15 @@ def assign_role(rank: int, size: int, scheduler_in_client: bool) -> Role:
     if rank == SCHEDULER_RANK:
         return Role.SCHEDULER
     return Role.WORKER
+
+
+def assign_serving_role(rank: int, size: int) -> Role:
+    """The role of ``rank`` in a serving launch (``hpcfutures serve``) of ``size`` processes.
+
+    Nobody runs user code there, so no rank is the client: rank 0 runs the
+    scheduler and every other rank is a worker.  One process serves on its
+    own, with local worker processes (a laptop, or a batch script without srun).
+    """
+    if size == 1:
+        return Role.STANDALONE
+    return Role.SCHEDULER if rank == SCHEDULER_RANK else Role.WORKER

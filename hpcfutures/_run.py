@@ -4,7 +4,8 @@ It starts N copies of a command, each told its rank, the world size and a
 launch id through ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
 ``HPCFUTURES_LAUNCH_ID``; forwards SIGINT/SIGTERM to every copy; and once the
 client copy has exited gives the others a grace period before ending them.
-Its exit status is the client's, or the first failure of another copy.
+Its exit status is the client's, or the first failure of another copy; when a
+launch fails, one line names the copy that failed first and where its log is.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 
 from ._config import _to_bool
+from ._logs import where_to_read
 from ._roles import client_rank, minimum_size
-from .launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR
+from .launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
 
 __all__ = ["run"]
 
@@ -46,6 +48,32 @@ def _client_rank(size: int, environ: Mapping[str, str]) -> int:
     return client_rank(colocated)
 
 
+def _role_of(rank: int, size: int, client: int) -> str:
+    """The role rank ``rank`` plays (as in _roles.assign_role), for messages and log names."""
+    if size == 1:
+        return "standalone"
+    if rank == client:
+        return "client"
+    return "scheduler" if rank == 0 else "worker"
+
+
+def _how_it_ended(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _failure_pointer(first: int, code: int, size: int, client: int, token: str,
+                     environ: Mapping[str, str]) -> str:
+    """One line naming the copy that failed first and where to read what it said."""
+    role = _role_of(first, size, client)
+    where = where_to_read(first, role, launch_id_of(token), environ)
+    return f"hpcfutures run: rank {first} ({role}) failed first, {_how_it_ended(code)}; {where}"
+
+
 def run(size: int, command: Sequence[str], *, grace: float = 10.0,
         environ: Mapping[str, str] | None = None) -> int:
     """Run ``size`` copies of ``command``; return the launch's exit status."""
@@ -66,10 +94,17 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
                 process.kill()
             print(f"hpcfutures run: cannot start {command[0]!r}: {err}", file=sys.stderr)
             return 127
-    return _supervise(processes, _client_rank(size, environ), grace)
+    client = _client_rank(size, environ)
+    status, first = _supervise(processes, client, grace)
+    if first is not None:
+        print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
+                               environ), file=sys.stderr, flush=True)
+    return status
 
 
-def _supervise(processes: list[subprocess.Popen], client: int, grace: float) -> int:
+def _supervise(processes: list[subprocess.Popen], client: int,
+               grace: float) -> tuple[int, int | None]:
+    """The launch's status, and the rank that failed first (None: none did on its own)."""
     signalled: list[float] = []
     changed = threading.Event()
 
@@ -89,16 +124,19 @@ def _supervise(processes: list[subprocess.Popen], client: int, grace: float) -> 
 
 
 def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
-              signalled: list[float], changed: threading.Event) -> int:
+              signalled: list[float], changed: threading.Event) -> tuple[int, int | None]:
     """Wait for every copy; after the client ends (or a forwarded signal),
     give the others ``grace`` seconds, then SIGTERM, then SIGKILL."""
+    exits: list[int] = []  # ranks in the order they ended
+    ended_by_us: set[int] = set()
 
-    def reap(process: subprocess.Popen) -> None:
+    def reap(rank: int, process: subprocess.Popen) -> None:
         process.wait()
+        exits.append(rank)
         changed.set()
 
-    for process in processes:
-        threading.Thread(target=reap, args=(process,), daemon=True).start()
+    for rank, process in enumerate(processes):
+        threading.Thread(target=reap, args=(rank, process), daemon=True).start()
     grace_ends = kill_at = None
     while True:
         changed.clear()
@@ -117,6 +155,7 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
                   f"{why}; terminating them", file=sys.stderr)
             for rank in stragglers:
                 processes[rank].terminate()
+            ended_by_us.update(stragglers)
             kill_at = now + KILL_AFTER
         elif kill_at is not None and now >= kill_at:
             for process in processes:
@@ -124,7 +163,15 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
                     process.kill()
         next_deadline = kill_at or grace_ends
         changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
-    return _launch_status([process.returncode for process in processes], client)
+    codes = [process.returncode for process in processes]
+    status = _launch_status(codes, client)
+    # A failure the user caused (Ctrl-C, scancel) or that we caused (ending
+    # stragglers) needs no pointer; the first copy that failed on its own does.
+    order = list(exits)
+    order += [rank for rank in range(len(processes)) if rank not in order]  # reaped by poll()
+    first = None if signalled or status == 0 else next(
+        (rank for rank in order if codes[rank] != 0 and rank not in ended_by_us), None)
+    return status, first
 
 
 def _launch_status(codes: list[int], client: int) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from ._errors import ConfigurationError, LaunchFinished, SchedulerFileError, StartupTimeoutError
 from .launchers._base import AddressExchange, SchedulerInfo
 
-__all__ = ["SchedulerFileExchange", "default_scheduler_file", "Backoff"]
+__all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file", "Backoff"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -82,7 +82,7 @@ class SchedulerFileExchange(AddressExchange):
             return  # someone else's scheduler now owns the file
         if self.tombstone:
             done = SchedulerInfo(address="", launch_id=info.launch_id, nonce=info.nonce,
-                                 finished=True)
+                                 finished=True, serving=info.serving)
             _write_private(self.path, done.to_json())
         else:
             with contextlib.suppress(FileNotFoundError):
@@ -135,20 +135,29 @@ class SchedulerFileExchange(AddressExchange):
 
     def _read_quietly(self) -> SchedulerInfo | None:
         """The file's content; None while it is absent or half-written."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        with os.fdopen(fd) as handle:
-            _check_private(self.path, os.fstat(handle.fileno()))
-            text = handle.read()
-        try:
-            return SchedulerInfo.from_json(text)
-        except (ValueError, TypeError) as err:
-            raise SchedulerFileError(
-                f"{self.path} is not a valid hpcfutures scheduler file ({err}); "
-                "remove it or choose another scheduler_file"
-            ) from err
+        return read_scheduler_file(self.path)
+
+
+def read_scheduler_file(path: Path) -> SchedulerInfo | None:
+    """A scheduler file's content if it is yours and private; None while it is absent.
+
+    Raises :class:`SchedulerFileError` for a foreign, group/world-readable or
+    garbled file.  Readers outside the launch (``hpcfutures.connect``) use it too.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    with os.fdopen(fd) as handle:
+        _check_private(path, os.fstat(handle.fileno()))
+        text = handle.read()
+    try:
+        return SchedulerInfo.from_json(text)
+    except (ValueError, TypeError) as err:
+        raise SchedulerFileError(
+            f"{path} is not a valid hpcfutures scheduler file ({err}); "
+            "remove it or choose another scheduler_file"
+        ) from err
 
 
 def _sweep_old_tombstones(directory: Path, age: float = TOMBSTONE_LIFETIME) -> None:

@@ -56,14 +56,19 @@ class Plan:
     exchange: AddressExchange | None
 
 
-def negotiate(settings: Settings, environ: Mapping[str, str] | None = None) -> Plan:
-    """Decide this process's launcher, identity and role; start nothing."""
-    environ = os.environ if environ is None else environ
+def choose_launcher(settings: Settings, environ: Mapping[str, str]) -> tuple[Launcher, str]:
+    """The launcher plug-in asked for, else the detected one; and why."""
     if settings.launcher:
         cls, reason = get_launcher(settings.launcher), f"launcher={settings.launcher!r} was asked for"
     else:
         cls, reason = detect_launcher(environ)
-    launcher = cls(settings, environ)
+    return cls(settings, environ), reason
+
+
+def negotiate(settings: Settings, environ: Mapping[str, str] | None = None) -> Plan:
+    """Decide this process's launcher, identity and role; start nothing."""
+    environ = os.environ if environ is None else environ
+    launcher, reason = choose_launcher(settings, environ)
     identity = launcher.identity()
     role = assign_role(identity.rank, identity.size, settings.scheduler_in_client)
     exchange = None if role is Role.STANDALONE else launcher.address_exchange(identity)
@@ -163,13 +168,21 @@ def launch_credentials(settings: Settings) -> dict[str, str]:
     return new_credentials()
 
 
-async def start_scheduler(_dask, settings: Settings, plan: Plan, host, interface):
-    """Start a scheduler with fresh credentials; return it and what to publish."""
+async def start_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
+                          keep_serving: bool = False):
+    """Start a scheduler with fresh credentials; return it and what to publish.
+
+    ``keep_serving``: a launch without a client of its own (``hpcfutures serve``).
+    """
     credentials = launch_credentials(settings)
     service = await _dask.SchedulerService(
-        host=host, interface=interface, security=_dask.make_security(credentials)).start()
+        host=host, interface=interface, security=_dask.make_security(credentials),
+        keep_serving=keep_serving, dashboard=settings.dashboard,
+        dashboard_address=settings.dashboard_address).start()
+    if settings.release_idle_after is not None:
+        service.release_idle_workers(settings.release_idle_after, settings.min_workers)
     info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id,
-                         security=credentials)
+                         security=credentials, serving=keep_serving)
     return service, info
 
 

@@ -10,6 +10,7 @@ on, so this also sees ranks that are not our descendants).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -141,5 +142,49 @@ def slurm_is_up() -> bool:
     return result.returncode == 0 and "up" in result.stdout.split()
 
 
-def contract_passed(job: Job) -> bool:
-    return job.returncode == 0 and "CONTRACT RESULT" in job.stdout and "FAIL " not in job.stdout
+#: Contract checks that are failure-matrix rows, and the row each one times.
+MATRIX_CHECKS = {
+    "unpicklable_task_fails_on_its_future_and_executor_stays_usable":
+        "unpicklable function: its call fails, executor usable",
+    "unpicklable_result_fails_only_its_future": "unpicklable result: only its future fails",
+}
+
+
+def contract_passed(job: Job, launcher: str | None = None) -> bool:
+    """Whether every contract check passed; records the matrix rows' times under ``launcher``."""
+    passed = job.returncode == 0 and "CONTRACT RESULT" in job.stdout and "FAIL " not in job.stdout
+    if passed and launcher:
+        for name, row in MATRIX_CHECKS.items():
+            found = re.search(rf"^PASS {name} \(([0-9.]+) s\)", job.stdout, re.MULTILINE)
+            if found:
+                record_failure_time(row, launcher, float(found.group(1)))
+    return passed
+
+
+# ------------------------------------------------------- failure-matrix timings
+#: (row, launcher, seconds) measured by the failure tests during this run.
+FAILURE_TIMES: list[tuple[str, str, float]] = []
+
+
+def record_failure_time(row: str, launcher: str, seconds: float) -> None:
+    """Note how long a failure-matrix row took; the run ends with a table of them."""
+    FAILURE_TIMES.append((row, launcher, seconds))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The failure matrix's measured times, one row per fault, one column per launcher."""
+    if not FAILURE_TIMES:
+        return
+    order = ["laptop", "run", "srun", "mpiexec"]
+    launchers = sorted({launcher for _, launcher, _ in FAILURE_TIMES},
+                       key=lambda name: (order.index(name) if name in order else 9, name))
+    rows: dict[str, dict[str, float]] = {}
+    for row, launcher, seconds in FAILURE_TIMES:
+        rows.setdefault(row, {})[launcher] = seconds
+    write = terminalreporter.write_line
+    terminalreporter.section("failure matrix: seconds from the fault to its outcome")
+    write("| fault | " + " | ".join(launchers) + " |")
+    write("|---|" + "---|" * len(launchers))
+    for row, times in rows.items():
+        cells = [f"{times[name]:.2f}" if name in times else "" for name in launchers]
+        write(f"| {row} | " + " | ".join(cells) + " |")

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
+from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, record_failure_time
 
 
 RANK_VARS = {"run": "HPCFUTURES_RANK", "srun": "SLURM_PROCID", "mpiexec": "PMI_RANK"}
@@ -91,7 +91,7 @@ def test_client_killed_the_other_ranks_exit_within_30_s(launcher):
     killed_at = launch.kill_rank(1)
     code, out, err = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
-    print(f"{launcher}: client SIGKILL -> launch returned in {elapsed:.1f} s")
+    record_failure_time("client SIGKILLed: other ranks exit", launcher, elapsed)
     assert code != 0
     assert elapsed < 30, f"{elapsed:.1f} s"
 
@@ -103,7 +103,7 @@ def test_scheduler_killed_pending_futures_fail_with_broken_executor(launcher):
     killed_at = launch.kill_rank(0)
     code, out, err = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
-    print(f"{launcher}: scheduler SIGKILL -> launch returned in {elapsed:.1f} s")
+    record_failure_time("scheduler SIGKILLed: BrokenExecutor, all exit", launcher, elapsed)
     assert "CLIENT SAW BrokenHPCExecutor" in out, (out, err)
     assert code != 0
     assert elapsed < 30, f"{elapsed:.1f} s"
@@ -113,10 +113,29 @@ def test_scheduler_killed_pending_futures_fail_with_broken_executor(launcher):
 def test_worker_killed_mid_map_every_result_is_still_correct(launcher):
     launch = Launch(launcher, 5, "map_job.py")
     launch.wait_ready()
-    launch.kill_rank(2)
+    killed_at = launch.kill_rank(2)
     code, out, err = launch.finish(timeout=90)
+    record_failure_time("worker SIGKILLed mid-map: all results (map end)", launcher,
+                        time.monotonic() - killed_at)
     assert "RESULTS OK" in out, (out, err)
     assert code != 0  # the killed copy failed, and the launcher says so
+
+
+@pytest.mark.timeout(90)
+def test_all_workers_killed_pending_futures_fail_with_broken_executor(launcher):
+    deadline = 8
+    launch = Launch(launcher, 4, "block_job.py", {"HPCFUTURES_TIMEOUT": str(deadline)})
+    launch.wait_ready()
+    killed_at = launch.kill_rank(2)
+    launch.kill_rank(3)
+    code, out, err = launch.finish(timeout=60)
+    elapsed = time.monotonic() - killed_at
+    record_failure_time("all workers SIGKILLed: BrokenExecutor (timeout=8)", launcher,
+                        elapsed)
+    assert "CLIENT SAW BrokenHPCExecutor" in out, (out, err)
+    assert "no worker" in err, err
+    assert code != 0
+    assert elapsed < deadline + 10, f"{elapsed:.1f} s"
 
 
 @pytest.mark.timeout(90)
@@ -132,6 +151,6 @@ def test_under_mpiexec_a_killed_rank_ends_the_whole_job_promptly(rank, role):
     killed_at = launch.kill_rank(rank)
     code, out, err = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
-    print(f"mpiexec: {role} SIGKILL -> launch returned in {elapsed:.1f} s")
+    record_failure_time(f"{role} SIGKILLed under mpiexec: job ends", "mpiexec", elapsed)
     assert code != 0
     assert elapsed < 30, f"{elapsed:.1f} s"

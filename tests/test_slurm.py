@@ -29,6 +29,7 @@ from conftest import (
     assert_no_leftovers,
     contract_passed,
     processes_with_marker,
+    record_failure_time,
     run_job,
     slurm_is_up,
 )
@@ -155,7 +156,7 @@ def closed_port() -> int:
 @pytest.mark.parametrize("n", [3, 4])
 def test_contract_suite_under_srun(n, env, tmp_path):
     job = srun(n, "tests/jobs/contract_job.py", env=env)
-    assert contract_passed(job), job
+    assert contract_passed(job, launcher="srun" if n == 4 else None), job
     assert left_files(tmp_path) == [], "the scheduler file outlived the launch"
 
 
@@ -182,6 +183,8 @@ def test_client_exception_makes_srun_fail_within_10_s(env):
         status = live.wait(timeout=30)
         assert status != 0, live
         assert time.monotonic() - raised < 10, live
+        record_failure_time("client code raises: launcher returns", "srun",
+                            time.monotonic() - raised)
         assert "the client fails on purpose" in live.text(), live
 
 
@@ -198,6 +201,7 @@ def test_scancel_mid_map_stops_every_rank_within_seconds(env):
         status = live.wait(timeout=20)
         took = time.monotonic() - cancelled
         assert status != 0 and took < 8, (took, live)
+        record_failure_time("SIGTERM to the launch", "srun", took)
         assert "the client received SIGTERM" in live.text(), live
         assert "UNEXPECTED" not in live.text(), live
 

@@ -68,6 +68,7 @@ VALUE_FORMATS = {
     "_to_positive_int": "integer, > 0",
     "_to_optional_str": "text",
     "_to_memory": "bytes, or a size such as ``4GiB``",
+    "_to_progress": "boolean, or ``auto`` (same as true) or ``always``",
 }
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hpcfutures"

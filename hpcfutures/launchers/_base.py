@@ -39,6 +39,8 @@ class SchedulerInfo:
     ``nonce`` changes with every scheduler start, so a reader can tell a new
     scheduler from a stale one left behind under the same launch id.
     ``security`` holds the credentials needed to connect (empty without TLS).
+    ``serving`` marks a launch started with ``hpcfutures serve``: it has no
+    client of its own and accepts clients from outside (``hpcfutures.connect``).
     """
 
     address: str
@@ -49,6 +51,7 @@ class SchedulerInfo:
     created: float = dataclasses.field(default_factory=time.time)
     security: Mapping[str, str] = dataclasses.field(default_factory=dict)
     finished: bool = False
+    serving: bool = False
 
     def to_json(self) -> str:
         return json.dumps({"hpcfutures": 1, **dataclasses.asdict(self)}, indent=1)

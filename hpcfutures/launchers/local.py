@@ -13,11 +13,17 @@ from .._errors import LauncherError
 from .._roles import Identity
 from ._base import AddressExchange, Launcher
 
-__all__ = ["LocalLauncher", "RANK_VAR", "SIZE_VAR", "LAUNCH_ID_VAR"]
+__all__ = ["LocalLauncher", "RANK_VAR", "SIZE_VAR", "LAUNCH_ID_VAR", "launch_id_of"]
 
 RANK_VAR = "HPCFUTURES_RANK"
 SIZE_VAR = "HPCFUTURES_SIZE"
 LAUNCH_ID_VAR = "HPCFUTURES_LAUNCH_ID"
+
+
+def launch_id_of(token: str) -> str:
+    """The launch id of the copies ``hpcfutures run`` started with ``token``
+    (it also names their log directory under ``HPCFUTURES_LOG_DIR``)."""
+    return f"local-{token}"
 
 
 def read_int(environ: Mapping[str, str], name: str, launcher: str) -> int:
@@ -67,7 +73,7 @@ class LocalLauncher(Launcher):
             launcher=self.name,
             rank=rank,
             size=size,
-            launch_id=f"local-{launch_id}",
+            launch_id=launch_id_of(launch_id),
             single_host=True,
             local_rank=rank,
             fields={"job_id": launch_id},

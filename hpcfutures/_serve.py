@@ -1,0 +1,193 @@
+"""Serving mode: every process of a launch serves, and clients connect from outside.
+
+::
+
+    srun -n4 hpcfutures serve --scheduler-file ~/hpcfutures-{job_id}.json
+     ├─ [0] scheduler ── writes the file (0600: address, TLS credentials, serving)
+     ├─ [1] worker   ─┐
+     ├─ [2] worker    ├─ serve until the launch stops
+     └─ [3] worker   ─┘
+    a notebook, the login node ── hpcfutures.connect(file) ── submit/map ── leave
+    hpcfutures stop FILE ── the scheduler ends the launch ── every rank exits 0
+
+No rank runs user code, so no rank is the client: the scheduler does not end
+the launch when a client leaves, only on a stop request, on SIGTERM or SIGINT
+(scancel, the time limit, Ctrl-C) or after an idle timeout.  Each of those is
+the expected end of a serving launch, so every rank then exits 0.  The file
+then becomes a "stopped" marker, so a late ``connect`` says what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+
+from ._config import Settings
+from ._errors import ConfigurationError, LaunchFinished
+from ._logs import configure_rank_logging, quiet_dask_logging
+from ._loop import run_until_complete
+from ._roles import Role, assign_serving_role
+from ._schedfile import SchedulerFileExchange
+from ._session import (
+    Plan,
+    _serve_worker,
+    _stop_on_signals,
+    choose_launcher,
+    start_scheduler,
+)
+from .launchers import AddressExchange, SchedulerInfo
+
+__all__ = ["serve", "serving_plan"]
+
+#: Worker exit statuses that only mean "a signal stopped me" (SIGINT, SIGTERM).
+_SIGNALLED = {128 + signal.SIGINT, 128 + signal.SIGTERM}
+
+
+class _AlsoToFile(AddressExchange):
+    """The launch's own exchange (an MPI broadcast), plus the file outsiders read."""
+
+    def __init__(self, inner: AddressExchange, public: SchedulerFileExchange) -> None:
+        self.inner, self.public = inner, public
+        self.description = f"{inner.description}, and {public.description} for clients"
+
+    def publish(self, info: SchedulerInfo) -> None:
+        self.inner.publish(info)
+        self.public.publish(info)
+
+    def lookup(self, timeout: float, stale: SchedulerInfo | None = None) -> SchedulerInfo:
+        return self.inner.lookup(timeout, stale)
+
+    def finish(self, info: SchedulerInfo) -> None:
+        self.public.finish(info)
+        self.inner.finish(info)
+
+    def is_finished(self, info: SchedulerInfo) -> bool:
+        return self.inner.is_finished(info)
+
+
+def serving_plan(settings: Settings, environ: Mapping[str, str]) -> Plan:
+    """This process's part in a serving launch; raises if the file cannot be named."""
+    if not settings.scheduler_file:
+        raise ConfigurationError(
+            "a serving launch needs a scheduler file that clients outside the job can find: "
+            "pass --scheduler-file PATH (or set HPCFUTURES_SCHEDULER_FILE) with a path you can "
+            "name from outside, on a filesystem both see, e.g. ~/hpcfutures-{job_id}.json")
+    launcher, reason = choose_launcher(settings, environ)
+    identity = launcher.identity()
+    role = assign_serving_role(identity.rank, identity.size)
+    # A tombstone at the end, even where the launcher would delete its file:
+    # a client that comes late is told the launch stopped, not "no such file".
+    public = SchedulerFileExchange.for_launch(settings, identity, tombstone=True)
+    exchange: AddressExchange = public
+    if role is not Role.STANDALONE:
+        inner = launcher.address_exchange(identity)
+        if isinstance(inner, SchedulerFileExchange) and inner.path == public.path:
+            inner.tombstone = True
+            exchange = inner
+        else:
+            exchange = _AlsoToFile(inner, public)
+    return Plan(launcher, reason, identity, role, exchange)
+
+
+def serving_bind(settings: Settings) -> tuple[str | None, str | None]:
+    """(host, interface) to listen on: as asked, else Dask's default, never loopback.
+
+    Inside a launch on one host, loopback keeps everything private; a serving
+    launch's clients come from other hosts (the login node), which must reach
+    the scheduler and, for results, the workers.  TLS keeps strangers out.
+    """
+    return settings.host, settings.interface
+
+
+def serve(settings: Settings, *, idle_timeout: float | None = None,
+          environ: Mapping[str, str] | None = None) -> int:
+    """Play this process's part in a serving launch until it stops; return the exit status."""
+    environ = os.environ if environ is None else environ
+    plan = serving_plan(settings, environ)
+    from . import _dask
+
+    quiet_dask_logging(environ)
+    configure_rank_logging(plan.identity.rank, plan.role.value, plan.identity.launch_id,
+                           environ)
+    host, interface = serving_bind(settings)
+    if plan.role is Role.WORKER:
+        plan.launcher.before_worker(plan.identity)
+        timeout = plan.launcher.lookup_timeout(plan.identity)
+        try:
+            status = run_until_complete(
+                _serve_worker(_dask, settings, plan, host, interface, timeout))
+        except LaunchFinished:
+            status = 0
+        status = 0 if status in _SIGNALLED else status
+    else:
+        plan.launcher.before_scheduler(plan.identity)
+        status = _serve_scheduler(_dask, settings, plan, host, interface, idle_timeout)
+    plan.launcher.before_exit(plan.identity, status)
+    return status
+
+
+def _serve_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
+                     idle_timeout: float | None) -> int:
+    local = None
+    if plan.role is Role.STANDALONE:
+        from ._localworkers import LocalWorkers
+        from .launchers.embedded import available_cores
+
+        count = settings.max_workers or plan.identity.local_workers or available_cores()
+        local = LocalWorkers(count).spawn()  # their start-up overlaps the scheduler's
+    try:
+        return run_until_complete(
+            _scheduler(_dask, settings, plan, host, interface, idle_timeout, local))
+    finally:
+        if local is not None:
+            local.connect_abandoned()
+            local.stop()
+
+
+async def _scheduler(_dask, settings: Settings, plan: Plan, host, interface,
+                     idle_timeout: float | None, local) -> int:
+    service, info = await start_scheduler(_dask, settings, plan, host, interface,
+                                          keep_serving=True)
+    coordinator = service.coordinator
+    _stop_on_signals(lambda signum: coordinator.end(
+        0, f"the scheduler received {signal.Signals(signum).name}"))
+    try:
+        if local is not None:
+            local.connect(_local_worker_config(settings, plan, info))
+        plan.exchange.publish(info)
+        _say(f"serving at {info.address}; clients connect with "
+             f"hpcfutures.connect({str(_public_path(plan.exchange))!r}); stop with "
+             f"'hpcfutures stop {_public_path(plan.exchange)}'")
+        status = await service.serve(settings.timeout, idle_timeout=idle_timeout)
+        _say(f"stopping: {coordinator.reason}")
+        return status
+    finally:
+        await service.close()
+        plan.exchange.finish(info)
+
+
+def _local_worker_config(settings: Settings, plan: Plan, info: SchedulerInfo) -> dict:
+    """What a standalone server's local worker processes need to join it."""
+    identity = plan.identity
+    host, interface = serving_bind(settings)
+    return {
+        "address": info.address,
+        "nthreads": settings.threads_per_worker or identity.threads or 1,
+        "memory_limit": settings.memory_limit or identity.memory_limit,
+        "host": host,
+        "interface": interface,
+        "timeout": settings.timeout,
+        "credentials": dict(info.security),
+    }
+
+
+def _public_path(exchange: AddressExchange):
+    return exchange.public.path if isinstance(exchange, _AlsoToFile) else exchange.path
+
+
+def _say(message: str) -> None:
+    """One line for the person who started the job (its output file)."""
+    print(f"hpcfutures serve ({socket.gethostname()}): {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,356 @@
+"""Watching a run: map's progress bar, the dashboard line, the end-of-run
+summary, and the pointers at the rank (and log file) that failed.
+
+The bar and the summary are checked in this process against the laptop
+default; the dashboard and the pointers through ``hpcfutures run``, for real.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+import hpcfutures
+from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, hpcfutures_run
+from contract import fail_on, square
+from hpcfutures._config import resolve_settings
+
+MONITOR = JOBS / "monitor_job.py"
+
+
+# ------------------------------------------------------------------ settings
+@pytest.mark.parametrize("raw, mode", [("1", "auto"), ("true", "auto"), ("auto", "auto"),
+                                       ("ALWAYS", "always"), ("0", "off"), ("off", "off")])
+def test_progress_setting_values(raw, mode):
+    settings = resolve_settings(environ={"HPCFUTURES_PROGRESS": raw}, dask_config={})
+    assert settings.progress == mode
+
+
+def test_monitoring_settings_are_off_by_default_and_follow_precedence():
+    settings = resolve_settings(environ={}, dask_config={})
+    assert (settings.progress, settings.dashboard, settings.summary) == ("off", False, False)
+    assert settings.dashboard_address == "127.0.0.1:8787"
+    settings = resolve_settings({"summary": False},
+                                environ={"HPCFUTURES_SUMMARY": "1", "HPCFUTURES_DASHBOARD": "1"},
+                                dask_config={"dashboard_address": "127.0.0.1:9999",
+                                             "progress": "always"})
+    assert settings.summary is False and settings.dashboard is True
+    assert settings.dashboard_address == "127.0.0.1:9999" and settings.progress == "always"
+    assert settings.sources["progress"] == "dask config hpcfutures.progress"
+
+
+def test_a_bad_progress_value_names_the_variable():
+    with pytest.raises(hpcfutures.ConfigurationError, match="HPCFUTURES_PROGRESS.*'always'"):
+        resolve_settings(environ={"HPCFUTURES_PROGRESS": "sometimes"}, dask_config={})
+
+
+# -------------------------------------------------------------- pure helpers
+def test_calls_are_read_from_task_keys():
+    from hpcfutures._summary import calls_in_key
+
+    assert calls_in_key("hpcf-1a2b3c4d-square-x64-17") == 64
+    assert calls_in_key("hpcf-1a2b3c4d-square-x64-17-alone") == 64
+    assert calls_in_key("hpcf-1a2b3c4d-square-17") == 1
+    assert calls_in_key("hpcf-1a2b3c4d-pick-x0-3") == 0
+    assert calls_in_key(("tuple", "key")) == 1
+
+
+def test_summary_table_sums_workers_and_names_losses():
+    from hpcfutures._summary import CallTally, format_summary
+
+    tally = CallTally()
+    tally.calls_done(100, failed=2)
+    tally.mark_ready()
+    usage = {"retried": 8, "workers": [
+        {"name": "rank-10", "host": "10.0.0.2", "threads": 2, "calls": 40, "busy": 9.0,
+         "present": 5.0, "lost": True},
+        {"name": "rank-2", "host": "127.0.0.1", "threads": 2, "calls": 60, "busy": 10.0,
+         "present": 10.0, "lost": False},
+    ]}
+    text = format_summary(tally, usage)
+    lines = text.splitlines()
+    assert lines[0].startswith("hpcfutures summary: 100 calls run, 2 failed; wall time")
+    assert "8 calls re-run after 1 worker(s) were lost" in lines[0]
+    assert lines[2].split()[:1] == ["rank-2"] and lines[2].split()[-1] == "50%"
+    assert "rank-10 on 10.0.0.2 (lost)" in lines[3] and lines[3].endswith("90%")
+    assert lines[4].split() == ["all", "2", "workers", "4", "100", "19.0", "63%"]
+    assert "did not answer" in format_summary(tally, None)
+
+
+def test_dashboard_line_gives_the_url_and_a_tunnel():
+    from hpcfutures._dashboard import dashboard_line
+
+    line = dashboard_line({"host": "node17", "address": "127.0.0.1", "port": 8788})
+    assert "http://127.0.0.1:8788/status (on node17)" in line
+    assert "ssh -L 8788:127.0.0.1:8788 node17" in line and "\n" not in line
+    line = dashboard_line({"host": "node17", "address": "0.0.0.0", "port": 8788})
+    assert "http://node17:8788/status" in line and "ssh -L 8788:localhost:8788 node17" in line
+
+
+def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
+    from hpcfutures._run import _failure_pointer
+
+    environ = {"HPCFUTURES_LOG_DIR": str(tmp_path)}
+    log = tmp_path / "local-abc" / "rank-2-worker.log"
+    log.parent.mkdir()
+    log.write_text("x")
+    assert _failure_pointer(2, 1, 4, 1, "abc", environ) == (
+        f"hpcfutures run: rank 2 (worker) failed first, exit status 1; read {log}")
+    assert "killed by SIGKILL" in _failure_pointer(0, -9, 4, 1, "abc", environ)
+    assert "wrote no" in _failure_pointer(3, 1, 4, 1, "abc", environ)
+    assert "[rank 1 client]" in _failure_pointer(1, 1, 4, 1, "abc", {})
+
+
+def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
+    import asyncio
+
+    from hpcfutures._roster import WorkerRoster
+
+    class Scheduler:
+        workers: dict = {}
+
+        async def identity(self, n_workers):
+            return {"workers": self.workers}
+
+    client = type("Client", (), {"scheduler": Scheduler()})()
+    roster = WorkerRoster()
+    roster.pointer = lambda name: (f"rank {name[5:]} (worker)", f"read {name}.log")
+    client.scheduler.workers = {"a": {"name": "rank-2"}, "b": {"name": "rank-3"}}
+    asyncio.run(roster.refresh(client, lambda: False))
+    client.scheduler.workers = {"b": {"name": "rank-3"}}
+    asyncio.run(roster.refresh(client, lambda: False))
+    assert "rank 2 (worker) left the launch before the end" in caplog.text
+    assert roster.describe_lost() == "lost rank 2 (worker): read rank-2.log"
+    client.scheduler.workers = {}
+    asyncio.run(roster.refresh(client, lambda: True))  # the launch is ending: no warning
+    assert "rank 3" not in caplog.text and roster.lost == ["rank-2"]
+
+
+# ------------------------------------------------------ progress, in process
+@pytest.fixture(scope="module")
+def ex():
+    executor = hpcfutures.LocalExecutor(2, timeout=60)
+    yield executor
+    executor.shutdown()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_always_draws_into_a_captured_stream(ex, capsys):
+    pytest.importorskip("tqdm")
+    assert list(ex.map(square, range(50), progress="always")) == [x * x for x in range(50)]
+    err = capsys.readouterr().err
+    assert "square" in err and "50/50" in err, err
+
+
+def test_progress_true_writes_nothing_when_stderr_is_not_a_terminal(ex, capsys):
+    pytest.importorskip("tqdm")
+    assert list(ex.map(square, range(50), progress=True)) == [x * x for x in range(50)]
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_true_draws_on_a_terminal(ex, monkeypatch):
+    pytest.importorskip("tqdm")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert list(ex.map(square, range(30), chunksize=4, progress=True)) == [
+        x * x for x in range(30)]
+    assert "30/30" in terminal.getvalue()
+
+
+def test_progress_keeps_order_timeout_and_the_exception_position(ex, capsys):
+    pytest.importorskip("tqdm")
+    seen = []
+    with pytest.raises(ValueError, match="bad item 7"):
+        for value in ex.map(fail_on, range(20), [7] * 20, progress="always"):
+            seen.append(value)
+    assert seen == list(range(7))
+    from contract import sleep_then
+
+    results = ex.map(sleep_then, [0.0, 5.0], timeout=0.5, progress="always")
+    assert next(results) is None
+    with pytest.raises(TimeoutError):
+        next(results)
+    results.close()
+    capsys.readouterr()
+
+
+def test_progress_without_tqdm_is_a_clear_error(ex, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # what an environment without it sees
+    with pytest.raises(hpcfutures.MissingDependencyError, match="pip install tqdm"):
+        ex.map(square, range(3), progress=True)
+    with pytest.raises(ImportError):
+        ex.map(square, range(3), progress="always")
+    assert list(ex.map(square, range(3))) == [0, 1, 4]  # off: no tqdm needed
+    with pytest.raises(ValueError, match="progress"):
+        ex.map(square, range(3), progress="sometimes")
+
+
+def test_progress_off_never_imports_tqdm():
+    code = ("import sys, hpcfutures\n"
+            "with hpcfutures.LocalExecutor(1) as ex:\n"
+            "    assert list(ex.map(abs, range(-50, 0))) == list(range(50, 0, -1))\n"
+            "assert 'tqdm' not in sys.modules, 'tqdm was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=90, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+# ------------------------------------------------------- summary, in process
+def test_summary_counts_user_calls_not_dask_tasks(capsys):
+    from contract import raise_custom
+
+    with hpcfutures.LocalExecutor(2, summary=True) as executor:
+        assert sum(executor.map(square, range(300))) == sum(x * x for x in range(300))
+        futures = [executor.submit(square, x) for x in range(20)]
+        failing = executor.submit(raise_custom)
+        assert [f.result(timeout=30) for f in futures] == [x * x for x in range(20)]
+        assert failing.exception(timeout=30) is not None
+    err = capsys.readouterr().err
+    head, _, *rows, total = err.strip().splitlines()
+    assert head.startswith("hpcfutures summary: 321 calls run, 1 failed; wall time"), err
+    # a worker that joined after the work was done (a busy machine) may be missing
+    assert {row.split()[0] for row in rows} <= {"local-0", "local-1"} and rows, err
+    assert sum(int(row.split()[2]) for row in rows) == 321, err
+    assert total.split()[0] == "all" and total.split()[4] == "321", err
+
+
+# --------------------------------------------------- under hpcfutures run
+def _start(n: int, mode: str, env: dict) -> tuple[subprocess.Popen, str]:
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hpcfutures", "run", "-n", str(n), sys.executable, str(MONITOR),
+         mode],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: marker, **env})
+    return process, marker
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_line_has_a_loopback_address_that_answers_and_summary_names_ranks(tmp_path):
+    pytest.importorskip("bokeh")
+    release = tmp_path / "release"
+    process, marker = _start(4, "watch", {
+        "HPCFUTURES_DASHBOARD": "1", "HPCFUTURES_DASHBOARD_ADDRESS": "127.0.0.1:0",
+        "HPCFUTURES_SUMMARY": "1", "MONITOR_RELEASE": str(release)})
+    lines: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in process.stderr:
+            lines.append(line)
+            if "Dask dashboard at" in line:
+                found.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert found.wait(60), "".join(lines)
+        (line,) = [l for l in lines if "Dask dashboard at" in l]
+        url = re.search(r"(http://127\.0\.0\.1:\d+/status)", line).group(1)
+        port = url.split(":")[2].split("/")[0]
+        assert f"ssh -L {port}:127.0.0.1:{port} " in line
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+            assert b"bokeh" in answer.read().lower()
+        release.touch()
+        out = process.stdout.read()  # stderr belongs to the reader thread
+        process.wait(timeout=60)
+    finally:
+        release.touch()
+        if process.poll() is None:
+            process.kill()
+    reader.join(10)
+    err = "".join(lines)
+    assert process.returncode == 0, (out, err)
+    assert "MAPPED" in out
+    assert err.count("Dask dashboard at") == 1, err
+    summary = err[err.index("hpcfutures summary"):]
+    assert "60 calls run, 0 failed" in summary, err
+    assert re.search(r"^\s+rank-2\s", summary, re.M) and re.search(r"^\s+rank-3\s", summary, re.M)
+    assert_no_leftovers(marker)
+
+
+@pytest.mark.timeout(90)
+def test_dashboard_without_bokeh_warns_once_and_runs():
+    code = ("import sys\n"
+            "sys.modules['bokeh'] = None  # as if bokeh were not installed\n"
+            "import hpcfutures\n"
+            "with hpcfutures.LocalExecutor(1, dashboard=True, dashboard_address='127.0.0.1:0')"
+            " as ex:\n"
+            "    print(ex.submit(abs, -3).result())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=80, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+    assert done.stderr.count("pip install bokeh") == 1, done.stderr
+    assert "Dask dashboard at" not in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_run_points_at_the_rank_and_its_log_file(tmp_path):
+    job = hpcfutures_run(4, MONITOR, "losing", timeout=90,
+                         env={"HPCFUTURES_LOG_DIR": str(tmp_path)})
+    assert "RESULTS OK" in job.stdout, job
+    assert job.returncode == 3, job
+    (launch_dir,) = tmp_path.iterdir()
+    log = launch_dir / "rank-2-worker.log"
+    assert log.exists()
+    last = job.stderr.strip().splitlines()[-1]
+    assert last == f"hpcfutures run: rank 2 (worker) failed first, exit status 3; read {log}"
+    # the client also named the lost worker, and where to read about it
+    assert f"rank 2 (worker) left the launch before the end" in job.stderr, job
+    assert job.stderr.count(str(log)) == 2
+
+
+@pytest.mark.timeout(90)
+def test_a_dead_scheduler_is_named_with_its_log_file(tmp_path):
+    env = {"HPCFUTURES_LOG_DIR": str(tmp_path), "HPCFUTURES_TIMEOUT": "20"}
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hpcfutures", "run", "-n", "3", "--grace", "2", sys.executable,
+         str(JOBS / "block_job.py")],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: marker, **env})
+    try:
+        assert process.stdout.readline().strip() == "READY"
+        os.kill(_rank_pid(marker, 0), 9)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    (launch_dir,) = tmp_path.iterdir()
+    log = launch_dir / "rank-0-scheduler.log"
+    assert "CLIENT SAW BrokenHPCExecutor" in out, (out, err)
+    assert f"rank 0 (scheduler) probably died; read {log}" in err, err
+    assert f"hpcfutures run: rank 0 (scheduler) failed first, killed by SIGKILL; read {log}" in err
+    assert_no_leftovers(marker)
+
+
+def _rank_pid(marker: str, rank: int) -> int:
+    wanted = {f"{MARKER_VAR}={marker}".encode(), f"HPCFUTURES_RANK={rank}".encode()}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/environ", "rb") as handle:
+                        if wanted <= set(handle.read().split(b"\0")):
+                            return int(entry)
+                except OSError:
+                    continue
+        time.sleep(0.1)
+    raise AssertionError(f"no process for rank {rank}")
