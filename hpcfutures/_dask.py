@@ -332,7 +332,8 @@ class WorkerService:
         the worker ended without one (the scheduler vanished, or a signal).
         """
         waits = [asyncio.ensure_future(self._worker.finished()),
-                 asyncio.ensure_future(self._closed.wait())]
+                 asyncio.ensure_future(self._closed.wait()),
+                 asyncio.ensure_future(self._closing_for_too_long())]
         if stop is not None:
             waits.append(asyncio.ensure_future(stop.wait()))
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -341,6 +342,30 @@ class WorkerService:
         if stop is not None and stop.is_set():
             await self.close("hpcfutures: stopped by a signal")
         return self.verdict
+
+
+    async def _closing_for_too_long(self, poll: float = 0.5) -> None:
+        """Return once Dask's worker has been closing for CLOSE_TIMEOUT s.
+
+        When the scheduler's connection breaks before its close message
+        arrives, Dask closes the worker itself, and that close can sit on
+        retries to the vanished scheduler for its own 30 s timeout (seen under
+        mpiexec on a loaded machine, where MPI_Finalize then waits for this
+        rank).  The rank must not wait on it longer than on any other close.
+        """
+        closing_since = None
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(poll)
+            if self._worker.status.name not in ("stopping", "stopped", "closing",
+                                                "closing_gracefully", "closed", "failed"):
+                closing_since = None
+                continue
+            closing_since = closing_since or loop.time()
+            if loop.time() - closing_since >= CLOSE_TIMEOUT:
+                logger.debug("worker %s still closing after %g s; leaving anyway",
+                             self.name, CLOSE_TIMEOUT)
+                return
 
 
 async def run_worker(address: str, *, stop: asyncio.Event | None = None,
