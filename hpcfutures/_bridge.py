@@ -92,6 +92,7 @@ class TaskBridge:
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
         self._total_threads = max(1, threads)
+        self._workers = 1  # at least the one the client waited for
         self._bundler = Bundler(self)
         #: Seconds per call by function, shared by map chunks and submit bundles.
         self.durations = Durations()
@@ -275,11 +276,10 @@ class TaskBridge:
                 f"the scheduler at {self._address} did not report its workers' memory "
                 f"within {timeout:g} s (HPCFUTURES_TIMEOUT)") from err
 
-    def _refresh_cluster_size(self) -> int:
-        """Read the client's cached scheduler info (loop thread); return the worker count."""
-        info = self._client.scheduler_info() or {}
-        self._total_threads = int(info.get("total_threads") or 1)
-        return int(info.get("n_workers", 1))
+    def cluster_changed(self, workers: int, threads: int) -> None:
+        """The scheduler's word on the workers and threads present (loop thread)."""
+        self._workers = workers
+        self._total_threads = max(1, threads)
 
     async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
         exception = await dask_future.exception()
@@ -327,11 +327,13 @@ class TaskBridge:
                 _settle(future, result=value)
 
     async def _live_workers(self) -> int:
-        """Workers connected right now, asked of the scheduler (the cache lags by ~2 s)."""
+        """Workers connected right now, asked of the scheduler (before breaking anything)."""
         try:
-            return len(await asyncio.wait_for(self._client.scheduler.ncores(), 5))
+            cores = await asyncio.wait_for(self._client.scheduler.ncores(), 5)
         except Exception:  # the scheduler is gone: _watch breaks the executor for that
-            return self._refresh_cluster_size()
+            return self._workers
+        self.cluster_changed(len(cores), sum(cores.values()))
+        return self._workers
 
     async def watch_workers(self, deadline: float, interval: float = 0.5) -> None:
         """Break the executor if tasks wait while no worker exists for ``deadline`` s.
@@ -344,8 +346,8 @@ class TaskBridge:
         await self.roster.refresh(self._client, self._is_closing)  # a worker may die soon
         while self._broken is None and not self._closing:
             await asyncio.sleep(interval)
-            workers = self._refresh_cluster_size()
-            if workers and self.outstanding():
+            workers = self._workers
+            if not workers and self.outstanding():
                 workers = await self._live_workers()
             if workers != len(self.roster.seen):
                 await self.roster.refresh(self._client, self._is_closing)

@@ -90,6 +90,8 @@ class ClientSide:
             raise
         threads = self.loop.run_sync(_total_threads(self.client), self.settings.timeout)
         self.bridge = TaskBridge(self.loop, self.client, address, threads)
+        self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
+                           self.settings.timeout)
         self._attach_reports(_dask)
         self.loop.call_soon(asyncio.ensure_future, self.bridge.watch_workers(self.settings.timeout))
         self._catch_sigterm()

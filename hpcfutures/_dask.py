@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from distributed import Client, Scheduler, Security, Worker
@@ -54,6 +54,8 @@ __all__ = [
 logger = logging.getLogger("hpcfutures")
 
 VERDICT_OP = "hpcfutures-verdict"
+#: Event topic on which the scheduler announces the workers and threads present.
+CLUSTER_TOPIC = "hpcfutures-cluster"
 #: Asks the scheduler for the workers it retired as idle (see _release.py).
 RELEASED_OP = "hpcfutures_released"
 #: Where the dashboard listens when asked for without an address.
@@ -72,6 +74,25 @@ def _hurry(stream: Any) -> None:
     """Shorten a Dask BatchedSend's batching interval (best effort)."""
     if stream is not None and hasattr(stream, "interval"):
         stream.interval = STREAM_INTERVAL
+
+
+def _announce_cluster(scheduler: Scheduler, leaving: str | None = None) -> None:
+    """Tell the clients how many workers and threads there are now (see follow_cluster)."""
+    present = [ws for address, ws in scheduler.workers.items() if address != leaving]
+    scheduler.log_event(CLUSTER_TOPIC, {"workers": len(present),
+                                        "threads": sum(ws.nthreads for ws in present)})
+
+
+async def follow_cluster(client: Client, changed: Callable[[int, int], None]) -> None:
+    """Call ``changed(workers, threads)`` now and whenever a worker joins or leaves.
+
+    The client's own scheduler info is refreshed only every two seconds, so a
+    ``map`` started just after the launch would size its chunks for the
+    workers present at start-up (typically one of many).
+    """
+    client.subscribe_topic(CLUSTER_TOPIC, lambda event: changed(**event[1]))
+    cores = await client.scheduler.ncores()
+    changed(workers=len(cores), threads=sum(cores.values()))
 
 
 def make_security(credentials: Mapping[str, str] | None) -> Security | None:
@@ -134,6 +155,10 @@ class Coordinator(SchedulerPlugin):
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         _hurry(scheduler.stream_comms.get(worker))
+        _announce_cluster(scheduler)
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        _announce_cluster(scheduler, leaving=worker)
 
     def _finish(self, status: int) -> str:
         # The launch ends when the client disconnects right after this call:
@@ -414,6 +439,10 @@ async def request_stop(address: str, timeout: float, security: Any = None,
 
 async def connect_client(address: str, timeout: float, security: Any = None) -> Client:
     """An asynchronous Dask client, registered with the coordinator as *the* client."""
+    # A large argument travels inside its call, as with any executor; Dask's
+    # advice to scatter it or load it with Dask is not the user's to act on.
+    warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning,
+                            module="distributed.client")
     client = await Client(
         address,
         asynchronous=True,

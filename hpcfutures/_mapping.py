@@ -10,7 +10,8 @@ near a thousand items per second.  A :class:`MapRun` instead sends *chunks*:
   tiny tasks are batched by the thousand while long ones go one by one;
 * no chunk takes more than a fair share of what is left, and at most two
   chunks per worker thread are in flight, so batching never costs load balance
-  at the end of the run.
+  at the end of the run; but a chunk is not split below a few milliseconds of
+  work, where another round trip would cost more than it balances.
 
 Results are yielded in order as chunks complete; an item's exception is raised
 at its position; ``timeout`` and cancellation (closing the iterator, or
@@ -37,6 +38,10 @@ TARGET_SECONDS = 0.05
 IN_FLIGHT_PER_THREAD = 2
 #: How much bigger than the previous chunk the next may be while learning.
 GROWTH = 16
+#: Seconds of work below which a chunk is not split for load balance: a
+#: Dask task's round trip costs a few milliseconds, so halving a chunk that
+#: short only adds round trips at the end of the run.
+MIN_SPLIT_SECONDS = 0.005
 
 
 class MapRun:
@@ -99,8 +104,12 @@ class MapRun:
         if estimate is None:
             wanted = self._next_size
         else:
-            wanted = int(TARGET_SECONDS / max(estimate, 1e-7))
+            estimate = max(estimate, 1e-7)
+            wanted = int(TARGET_SECONDS / estimate)
             wanted = min(wanted, self._next_size * GROWTH)  # grow in steps, shrink at once
+            # Near the end, share what is left, but not in slivers of work
+            # shorter than a round trip.
+            fair_share = max(fair_share, int(MIN_SPLIT_SECONDS / estimate))
         size = max(self._min_chunk, min(wanted, fair_share))
         self._next_size = max(size, 1)
         return size
