@@ -93,6 +93,8 @@ class TaskBridge:
         self._counter = itertools.count()
         self._total_threads = max(1, threads)
         self._workers = 1  # at least the one the client waited for
+        #: Set when SIGTERM stops the launch: its breaking is then expected.
+        self.stopped_by_signal = False
         self._bundler = Bundler(self)
         #: Seconds per call by function, shared by map chunks and submit bundles.
         self.durations = Durations()
@@ -372,7 +374,7 @@ class TaskBridge:
                 self._broken = BrokenHPCExecutor(f"hpcfutures executor is broken: {reason}")
             broken = self._broken
             victims = list(self._outstanding)
-        logger.error("%s", broken)
+        (logger.info if self.stopped_by_signal else logger.error)("%s", broken)
         for future in victims:
             _settle(future, exception=broken)
 

@@ -157,7 +157,15 @@ class ClientSide:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return  # the user has their own handler
         self._previous_sigterm = signal.SIG_DFL
-        signal.signal(signal.SIGTERM, _raise_system_exit)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        # The whole launch is being stopped: the scheduler vanishing next is
+        # part of that, not a broken executor worth an error of its own (the
+        # futures still fail, so nothing waits for them).
+        if self.bridge is not None:
+            self.bridge.stopped_by_signal = True
+        _raise_system_exit(signum, frame)
 
     def _restore_sigterm(self) -> None:
         if self._previous_sigterm is not None:

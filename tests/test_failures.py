@@ -154,3 +154,21 @@ def test_under_mpiexec_a_killed_rank_ends_the_whole_job_promptly(rank, role):
     record_failure_time(f"{role} SIGKILLed under mpiexec: job ends", "mpiexec", elapsed)
     assert code != 0
     assert elapsed < 30, f"{elapsed:.1f} s"
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_to_mpiexec_stops_every_rank():
+    """The SIGTERM row under MPI (scancel and `hpcfutures run` have theirs in
+    test_slurm.py and test_local_launcher.py): Hydra passes the signal on."""
+    from conftest import have_command, require
+
+    require(have_command("mpiexec"), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    launch = Launch("mpiexec", 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
+    launch.wait_ready()
+    signalled_at = time.monotonic()
+    launch.process.send_signal(signal.SIGTERM)
+    code, out, err = launch.finish(timeout=60)
+    elapsed = time.monotonic() - signalled_at
+    record_failure_time("SIGTERM to the launch", "mpiexec", elapsed)
+    assert code != 0
+    assert elapsed < 10, f"{elapsed:.1f} s"
