@@ -349,7 +349,7 @@ class TaskBridge:
         while self._broken is None and not self._closing:
             await asyncio.sleep(interval)
             workers = self._workers
-            if not workers and self.outstanding():
+            if self.outstanding():  # the scheduler's events say the same, but ask
                 workers = await self._live_workers()
             if workers != len(self.roster.seen):
                 await self.roster.refresh(self._client, self._is_closing)

@@ -242,7 +242,8 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
     element) would otherwise retry a vanished scheduler until its deadline and
     then report a failure that did not happen.  A scheduler that died while
     this worker was joining (``answers()`` stays false) fails the join at once
-    instead of after the deadline.
+    instead of after the deadline; where the launcher ends every rank when one
+    dies (MPI), a silent scheduler has finished instead, and the worker leaves.
     """
     joining = asyncio.ensure_future(service.join())
     silent = 0
@@ -255,6 +256,11 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
             await service.close("hpcfutures: the launch ended before this worker joined")
             return False
         silent = 0 if await answers() else silent + 1
+        if silent >= DEAD_AFTER_SILENT_PROBES and exchange.silence_means_finished:
+            joining.cancel()
+            await service.close("hpcfutures: the launch ended before this worker joined")
+            logger.info("the scheduler at %s no longer answers: the launch is over", info.address)
+            return False
         if silent >= DEAD_AFTER_SILENT_PROBES:
             joining.cancel()
             await service.close("hpcfutures: the scheduler died before this worker joined")

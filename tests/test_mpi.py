@@ -339,3 +339,21 @@ def test_mpi_example(real_mpi):
     match = re.search(r"pi ~= (\d\.\d+) .* on MPI ranks \[2, 3\]", job.stdout)
     assert match and abs(float(match.group(1)) - 3.14159) < 0.01, job
     assert job.stdout.count("pi ~=") == 1, "printed by more than one rank"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_worker_that_comes_after_the_end_leaves_with_status_0(real_mpi):
+    """Rank 3 starts its executor only after the client is done: MPI would have
+    ended the job had the scheduler died, so its silence means "finished"."""
+    script = ("import os, sys, time\n"
+              "if os.environ['PMI_RANK'] == '3':\n"
+              "    time.sleep(3)\n"
+              "import hpcfutures\n"
+              "with hpcfutures.MPIExecutor() as ex:\n"
+              "    print('RESULT', ex.submit(abs, -2).result(), flush=True)\n")
+    job = run_job(["mpiexec", "-n", "4", sys.executable, "-c", script],
+                  env={**MPI_ENV, "HPCFUTURES_TIMEOUT": "30"}, timeout=75)
+    assert job.returncode == 0, job
+    assert job.stdout.count("RESULT 2") == 1, job
+    assert "Abort" not in job.stderr, job

@@ -82,6 +82,10 @@ class AddressExchange(abc.ABC):
 
     #: Shown by ``hpcfutures info``: where the address travels.
     description: str = ""
+    #: Whether a scheduler that stops answering has finished rather than died.
+    #: True where the launcher itself ends every rank when one dies (MPI): the
+    #: scheduler's process is then alive, done, and waiting for the others.
+    silence_means_finished: bool = False
 
     @abc.abstractmethod
     def publish(self, info: SchedulerInfo) -> None:

@@ -264,6 +264,10 @@ class BroadcastExchange(AddressExchange):
     (after a pause) until the caller's deadline.
     """
 
+    # MPI ends the whole job when a rank dies, so a silent scheduler is a
+    # finished one: a worker that comes too late leaves with status 0.
+    silence_means_finished = True
+
     def __init__(self, channel: _mpi.Broadcast, *, rank: int, timeout: float) -> None:
         self.channel = channel
         self.rank = rank
