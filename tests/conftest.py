@@ -188,3 +188,43 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for row, times in rows.items():
         cells = [f"{times[name]:.2f}" if name in times else "" for name in launchers]
         write(f"| {row} | " + " | ".join(cells) + " |")
+
+
+# ---------------------------------------------------------- shared test helpers
+def child_pids() -> set[int]:
+    """This process's children (local workers an in-process executor spawned)."""
+    me, kids = str(os.getpid()), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if handle.read().rsplit(")", 1)[1].split()[1] == me:
+                        kids.add(int(entry))
+            except (OSError, IndexError):
+                continue
+    return kids
+
+
+_OUTSIDER = """
+import sys
+from distributed import Client, Security
+security = Security.temporary() if sys.argv[2] == "other" else None
+try:
+    Client(sys.argv[1], security=security, timeout=3, set_as_default=False).close()
+except Exception:
+    print("REFUSED")
+else:
+    print("CONNECTED")
+"""
+
+
+def outsider_refused(address: str, credentials: str = "none") -> bool:
+    """Try to connect a plain Dask client (``credentials``: "none" or "other") to ``address``.
+
+    In a separate process, as another user would, and because a failed
+    synchronous Dask client can block in its finaliser.
+    """
+    done = subprocess.run([sys.executable, "-c", _OUTSIDER, address, credentials],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
+    return done.stdout.strip() == "REFUSED"

@@ -1,36 +1,21 @@
 """The contract suite against the laptop default, in this process."""
 
-import os
 import time
 
 import pytest
 
 import hpcfutures
-from conftest import MATRIX_CHECKS, record_failure_time
+from conftest import MATRIX_CHECKS, child_pids, record_failure_time
 from contract import CHECKS, square
-
-
-def _children() -> set[int]:
-    me = str(os.getpid())
-    kids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if handle.read().rsplit(")", 1)[1].split()[1] == me:
-                        kids.add(int(entry))
-            except (OSError, IndexError):
-                continue
-    return kids
 
 
 @pytest.fixture(scope="module")
 def ex():
-    before = _children()
+    before = child_pids()
     executor = hpcfutures.LocalExecutor(2, timeout=60)
     yield executor
     executor.shutdown()
-    assert _children() - before == set(), "local workers outlived shutdown"
+    assert child_pids() - before == set(), "local workers outlived shutdown"
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import os
 import pickle
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import uuid
 import pytest
 
 import hpcfutures
-from conftest import IN_CI, JOBS, ROOT, require, run_job, slurm_is_up
+from conftest import IN_CI, JOBS, ROOT, child_pids, require, run_job, slurm_is_up
 
 
 def _have_cubed() -> bool:
@@ -71,29 +70,16 @@ class Recorder(Callback):
                        and event.task_result_tstamp is not None)
 
 
-def _children() -> set[int]:
-    me, kids = str(os.getpid()), set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if handle.read().rsplit(")", 1)[1].split()[1] == me:
-                        kids.add(int(entry))
-            except (OSError, IndexError):
-                continue
-    return kids
-
-
 @pytest.fixture(scope="module")
 def ex():
     """One laptop-default executor for every in-process test: the allocation is kept."""
-    before = _children()
+    before = child_pids()
     executor = hpcfutures.Executor(max_workers=2, host="127.0.0.1", timeout=60)
     yield executor
     started = time.monotonic()
     executor.shutdown()
     assert time.monotonic() - started < 5, "shutdown was slow"
-    assert _children() - before == set(), "local workers outlived shutdown"
+    assert child_pids() - before == set(), "local workers outlived shutdown"
 
 
 def spec_for(ex, tmp_path, **options):

@@ -5,6 +5,7 @@ import socket
 import pytest
 
 import hpcfutures
+from conftest import outsider_refused
 from contract import square
 
 
@@ -24,42 +25,16 @@ def test_scheduler_speaks_tls_by_default(secured):
     assert secured.submit(square, 5).result(timeout=30) == 25
 
 
-_OUTSIDER = """
-import sys
-from distributed import Client, Security
-security = Security.temporary() if sys.argv[2] == "other" else None
-try:
-    Client(sys.argv[1], security=security, timeout=3, set_as_default=False).close()
-except Exception:
-    print("REFUSED")
-else:
-    print("CONNECTED")
-"""
-
-
-def _refused(address: str, credentials: str = "none") -> bool:
-    """Try to connect as an outsider, in a separate process as another user would.
-
-    (A failed synchronous Dask client can block in its finaliser; a process of
-    its own keeps that out of the test run.)
-    """
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", _OUTSIDER, address, credentials],
-                          capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
-    return done.stdout.strip() == "REFUSED"
 
 
 def test_a_dask_client_without_credentials_cannot_connect(secured):
     address = _scheduler_address(secured)
-    assert _refused(address), "a client without any credentials got in"
-    assert _refused(address.replace("tls://", "tcp://")), "a plain-TCP client got in"
+    assert outsider_refused(address), "a client without any credentials got in"
+    assert outsider_refused(address.replace("tls://", "tcp://")), "a plain-TCP client got in"
 
 
 def test_a_dask_client_with_other_credentials_cannot_connect(secured):
-    assert _refused(_scheduler_address(secured), "other"), \
+    assert outsider_refused(_scheduler_address(secured), "other"), \
         "a client with someone else's certificate got in"
 
 

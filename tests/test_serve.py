@@ -25,6 +25,7 @@ from conftest import (
     MARKER_VAR,
     ROOT,
     assert_no_leftovers,
+    outsider_refused,
     processes_with_marker,
     require,
     run_job,
@@ -216,24 +217,6 @@ def test_serving_under_mpiexec(serving):
 
 
 # ------------------------------------------------------------ outsiders
-_OUTSIDER = """
-import sys
-from distributed import Client, Security
-security = Security.temporary() if sys.argv[2] == "other" else None
-try:
-    Client(sys.argv[1], security=security, timeout=3, set_as_default=False).close()
-except Exception:
-    print("REFUSED")
-else:
-    print("CONNECTED")
-"""
-
-
-def _outsider_refused(address: str, credentials: str) -> bool:
-    done = subprocess.run([sys.executable, "-c", _OUTSIDER, address, credentials],
-                          capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
-    return done.stdout.strip() == "REFUSED"
 
 
 @pytest.mark.timeout(180)
@@ -241,9 +224,9 @@ def test_without_the_files_credentials_nobody_gets_in(serving, tmp_path):
     launch = serving(3)
     address = launch.published()["address"]
     assert address.startswith("tls://127.0.0.1:"), address
-    assert _outsider_refused(address, "none"), "a client without credentials got in"
-    assert _outsider_refused(address.replace("tls://", "tcp://"), "none"), "plain TCP got in"
-    assert _outsider_refused(address, "other"), "someone else's certificate got in"
+    assert outsider_refused(address, "none"), "a client without credentials got in"
+    assert outsider_refused(address.replace("tls://", "tcp://"), "none"), "plain TCP got in"
+    assert outsider_refused(address, "other"), "someone else's certificate got in"
     # A copy others could read is refused by connect(), before any connection.
     leaked = tmp_path / "leaked.json"
     leaked.write_text(launch.file.read_text())
