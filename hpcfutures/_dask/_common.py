@@ -1,0 +1,64 @@
+"""What every role's Dask code shares: message names, timings, TLS settings."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from distributed import Security
+
+logger = logging.getLogger("hpcfutures")
+
+VERDICT_OP = "hpcfutures-verdict"
+#: Event topic on which the scheduler announces the workers and threads present.
+CLUSTER_TOPIC = "hpcfutures-cluster"
+#: Asks the scheduler for the workers it retired as idle (see _release.py).
+RELEASED_OP = "hpcfutures_released"
+#: Where the dashboard listens when asked for without an address.
+DASHBOARD_ADDRESS = "127.0.0.1:8787"
+#: Exit status of the other ranks when the client failed or vanished.
+EXIT_FAILED = 1
+#: Seconds a worker may take to close before its rank leaves regardless.
+CLOSE_TIMEOUT = 5.0
+#: Seconds Dask's batched streams gather messages before sending.  Dask's
+#: defaults (10 ms client->scheduler, 5 ms scheduler->worker) add ~10 ms to
+#: every round trip; hpcfutures batches tasks itself, so it can send sooner.
+STREAM_INTERVAL = 0.001
+
+
+def _hurry(stream: Any) -> None:
+    """Shorten a Dask BatchedSend's batching interval (best effort)."""
+    if stream is not None and hasattr(stream, "interval"):
+        stream.interval = STREAM_INTERVAL
+
+
+def make_security(credentials: Mapping[str, str] | None) -> Security | None:
+    """Dask's TLS settings from a launch's credentials; None means plain TCP."""
+    if not credentials:
+        return None
+    cert, key = credentials["cert"], credentials["key"]
+    return Security(
+        require_encryption=True,
+        tls_ca_file=cert,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        tls_scheduler_cert=cert,
+        tls_scheduler_key=key,
+        tls_worker_cert=cert,
+        tls_worker_key=key,
+    )
+
+
+@contextlib.contextmanager
+def _silenced(*names: str):
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)

@@ -1,0 +1,223 @@
+"""The scheduler's side: the Coordinator plug-in that knows when the launch ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import warnings
+from typing import Any
+
+from distributed import Scheduler
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from .._logs import quiet_for_shutdown
+from .._release import IdleRelease
+from .._summary import UsageLedger
+from ._common import (
+    CLUSTER_TOPIC,
+    DASHBOARD_ADDRESS,
+    EXIT_FAILED,
+    RELEASED_OP,
+    VERDICT_OP,
+    _hurry,
+)
+
+__all__ = ["Coordinator", "SchedulerService", "UsagePlugin"]
+
+logger = logging.getLogger("hpcfutures")
+
+
+def _announce_cluster(scheduler: Scheduler, leaving: str | None = None) -> None:
+    """Tell the clients how many workers and threads there are now (see follow_cluster)."""
+    present = [ws for address, ws in scheduler.workers.items() if address != leaving]
+    scheduler.log_event(CLUSTER_TOPIC, {"workers": len(present),
+                                        "threads": sum(ws.nthreads for ws in present)})
+
+
+class Coordinator(SchedulerPlugin):
+    """Scheduler plug-in that knows when the launch is over, and how it ended.
+
+    With ``keep_serving`` (``hpcfutures serve``) the launch has no client of
+    its own: clients from outside come and go, and none of them ends it; a stop
+    request (``hpcfutures_stop``), a signal or the idle timeout does.
+    """
+
+    name = "hpcfutures-coordinator"
+
+    def __init__(self, keep_serving: bool = False) -> None:
+        self.verdict: int | None = None
+        self.requested: int | None = None
+        self.reason = ""
+        self.client_id: str | None = None
+        self.client_seen = asyncio.Event()
+        self.done = asyncio.Event()
+        self.scheduler: Scheduler | None = None
+        self.keep_serving = keep_serving
+        #: Serving launch: the clients connected now, and since when there are none.
+        self.clients: set[str] = set()
+        self.idle_since = time.monotonic()
+
+    async def start(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.handlers["hpcfutures_register"] = self._register
+        scheduler.handlers["hpcfutures_finish"] = self._finish
+        scheduler.handlers[RELEASED_OP] = lambda: []  # until idle release is on
+        if self.keep_serving:
+            scheduler.handlers["hpcfutures_stop"] = self._stop
+
+    def _register(self, client: str) -> str:
+        if self.keep_serving:
+            self.clients.add(client)
+        else:
+            self.client_id = client
+        self.client_seen.set()
+        assert self.scheduler is not None
+        _hurry(self.scheduler.client_comms.get(client))
+        return "ok"
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        _hurry(scheduler.stream_comms.get(worker))
+        _announce_cluster(scheduler)
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        _announce_cluster(scheduler, leaving=worker)
+
+    def _finish(self, status: int) -> str:
+        # The launch ends when the client disconnects right after this call:
+        # by then the scheduler has released the client's keys, so closing the
+        # workers loses nothing anyone still wants.
+        self.requested = int(status)
+        return "ok"
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        if client in self.clients:
+            self.clients.discard(client)
+            if not self.clients:
+                self.idle_since = time.monotonic()
+        if client != self.client_id:
+            return
+        if self.requested is None:
+            self.end(EXIT_FAILED, "the client's connection was lost before it finished")
+        elif self.requested == 0:
+            self.end(0, "the client finished")
+        else:
+            self.end(self.requested, f"the client failed (exit status {self.requested})")
+
+    def end(self, status: int, reason: str) -> None:
+        """Record the verdict once and pass it to every connected worker."""
+        if self.verdict is not None:
+            return
+        self.verdict, self.reason = status, reason
+        if status != 0:
+            logger.warning("ending the launch with status %d: %s", status, reason)
+        quiet_for_shutdown()
+        assert self.scheduler is not None
+        for stream in list(self.scheduler.stream_comms.values()):
+            with contextlib.suppress(Exception):
+                stream.send({"op": VERDICT_OP, "status": status})
+        self.done.set()
+
+    def _stop(self, reason: str = "") -> str:
+        self.end(0, reason or "a stop was requested")
+        return "ok"
+
+    async def until_stopped(self, idle_timeout: float | None = None) -> int:
+        """Serving launch: wait for a stop (or ``idle_timeout`` s without a client)."""
+        while not self.done.is_set():
+            idle = 0.0 if self.clients else time.monotonic() - self.idle_since
+            if idle_timeout is not None and idle >= idle_timeout:
+                self.end(0, f"no client was connected for {idle_timeout:g} s (idle timeout)")
+                break
+            wait = None if idle_timeout is None else max(idle_timeout - idle, 0.05)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.done.wait(), wait)
+        return self.verdict if self.verdict is not None else EXIT_FAILED
+
+
+class SchedulerService:
+    """A Dask scheduler in this process, with the coordinator attached."""
+
+    def __init__(self, *, host: str | None, interface: str | None,
+                 security: Any = None, http_address: str = "127.0.0.1:0",
+                 keep_serving: bool = False, dashboard: bool = False,
+                 dashboard_address: str | None = None) -> None:
+        self.coordinator = Coordinator(keep_serving)
+        self._options = dict(
+            host=host,
+            interface=interface,
+            protocol="tls" if security is not None else None,
+            port=0,
+            # Without bokeh Dask serves a page saying so; the client warns.
+            dashboard=dashboard,
+            # Dask always serves some HTTP routes (health, metrics); keep them
+            # on loopback and off the fixed port 8787 that another launch may hold.
+            dashboard_address=(dashboard_address or DASHBOARD_ADDRESS) if dashboard
+            else http_address,
+            plugins=[self.coordinator],
+            security=security,
+            validate=False,
+        )
+        self._scheduler: Scheduler | None = None
+        self._background: list[asyncio.Task] = []
+
+    @property
+    def address(self) -> str:
+        assert self._scheduler is not None
+        return self._scheduler.address
+
+    async def start(self) -> SchedulerService:
+        """Start the scheduler on the running event loop (Dask binds it to that loop)."""
+        with warnings.catch_warnings():
+            # A taken dashboard port is replaced by a free one; the client's
+            # dashboard line gives the port in use, so Dask's warning is noise.
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            scheduler = Scheduler(**self._options)
+        self._scheduler = await scheduler
+        return self
+
+    def release_idle_workers(self, idle_after: float, keep: int) -> IdleRelease:
+        """Retire workers idle for ``idle_after`` s (see :mod:`._release`) from now on."""
+        assert self._scheduler is not None
+        scheduler = self._scheduler
+
+        def say_goodbye(address: str) -> None:
+            # The worker's rank exits with this status: done, not failed.
+            scheduler.worker_send(address, {"op": VERDICT_OP, "status": 0})
+
+        release = IdleRelease(scheduler, idle_after, keep, say_goodbye,
+                              started=self.coordinator.client_seen.is_set)
+        scheduler.handlers[RELEASED_OP] = lambda: list(release.released)
+        task = asyncio.ensure_future(release.run())
+        self._background.append(task)
+        return release
+
+    async def serve(self, client_timeout: float, idle_timeout: float | None = None) -> int:
+        """Serve until the client says it is done; return the launch's exit status.
+
+        A serving launch (``keep_serving``) has no client of its own: it serves
+        until stopped, or until no client was connected for ``idle_timeout`` s.
+        """
+        if self.coordinator.keep_serving:
+            return await self.coordinator.until_stopped(idle_timeout)
+        try:
+            await asyncio.wait_for(self.coordinator.client_seen.wait(), client_timeout)
+        except asyncio.TimeoutError:
+            self.coordinator.end(
+                EXIT_FAILED,
+                f"no client connected within {client_timeout:g} s; the client rank "
+                "probably failed before creating its Executor (see its output)",
+            )
+        await self.coordinator.done.wait()
+        return self.coordinator.verdict if self.coordinator.verdict is not None else EXIT_FAILED
+
+    async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        if self._scheduler is not None:
+            await self._scheduler.close(reason="hpcfutures: launch finished")
+
+
+class UsagePlugin(UsageLedger, SchedulerPlugin):
+    """The end-of-run summary's ledger (see ``_summary.py``) as a scheduler plug-in."""

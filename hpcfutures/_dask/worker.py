@@ -1,0 +1,127 @@
+"""A Dask worker inside a rank's process, closed promptly when the launch ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from distributed import Worker
+
+from .. import _memory as memory
+from .._logs import quiet_for_shutdown
+from ._common import CLOSE_TIMEOUT, VERDICT_OP, _hurry
+
+__all__ = ["WorkerService", "run_worker"]
+
+logger = logging.getLogger("hpcfutures")
+
+
+class WorkerService:
+    """A Dask worker in this process: :meth:`join` the scheduler, then :meth:`serve`."""
+
+    def __init__(self, address: str, *, name: str, nthreads: int,
+                 memory_limit: str | int | None, host: str | None,
+                 interface: str | None, timeout: float, security: Any = None,
+                 resources: dict[str, float] | None = None) -> None:
+        self.name, self.address = name, address
+        self.verdict: int | None = None
+        self._closed = asyncio.Event()
+        self._worker = Worker(
+            address,
+            name=name,
+            nthreads=nthreads,
+            memory_limit=memory_limit or 0,
+            host=host,
+            interface=interface,
+            dashboard=False,
+            death_timeout=timeout,
+            security=security,
+            protocol="tls" if security is not None else None,
+            resources=resources,
+            validate=False,
+        )
+        self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
+        self._worker.stream_handlers["close"] = self.close
+        self._worker.handlers["close"] = self.close
+
+    def _record_verdict(self, status: int) -> None:
+        if self.verdict is None:
+            self.verdict = status
+        quiet_for_shutdown()
+
+    async def join(self) -> None:
+        """Start the worker and register with the scheduler (raises if that fails)."""
+        await self._worker
+        _hurry(self._worker.batched_stream)
+        # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
+        memory.enforce(self._worker.memory_manager.memory_limit)
+
+    async def close(self, reason: str = "scheduler-close", **_: Any) -> None:
+        """Close now, without waiting for running tasks.
+
+        Dask's default close waits for them; once the launch is over nobody
+        wants their results, and a week-long task must not keep the rank (and
+        the allocation) alive.  Bounded: the rank leaves even if closing sticks.
+        """
+        try:
+            await asyncio.wait_for(
+                self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
+        except (asyncio.TimeoutError, Exception):
+            logger.debug("worker %s did not close cleanly", self.name, exc_info=True)
+        finally:
+            self._closed.set()
+
+    async def serve(self, stop: asyncio.Event | None = None) -> int | None:
+        """Serve until the scheduler closes this worker (or ``stop`` is set).
+
+        Returns the client's verdict as passed on by the scheduler, or None if
+        the worker ended without one (the scheduler vanished, or a signal).
+        """
+        waits = [asyncio.ensure_future(self._worker.finished()),
+                 asyncio.ensure_future(self._closed.wait()),
+                 asyncio.ensure_future(self._closing_for_too_long())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        if stop is not None and stop.is_set():
+            await self.close("hpcfutures: stopped by a signal")
+        return self.verdict
+
+
+    async def _closing_for_too_long(self, poll: float = 0.5) -> None:
+        """Return once Dask's worker has been closing for CLOSE_TIMEOUT s.
+
+        When the scheduler's connection breaks before its close message
+        arrives, Dask closes the worker itself, and that close can sit on
+        retries to the vanished scheduler for its own 30 s timeout (seen under
+        mpiexec on a loaded machine, where MPI_Finalize then waits for this
+        rank).  The rank must not wait on it longer than on any other close.
+        """
+        closing_since = None
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(poll)
+            if self._worker.status.name not in ("stopping", "stopped", "closing",
+                                                "closing_gracefully", "closed", "failed"):
+                closing_since = None
+                continue
+            closing_since = closing_since or loop.time()
+            if loop.time() - closing_since >= CLOSE_TIMEOUT:
+                logger.debug("worker %s still closing after %g s; leaving anyway",
+                             self.name, CLOSE_TIMEOUT)
+                return
+
+
+async def run_worker(address: str, *, stop: asyncio.Event | None = None,
+                     **options: Any) -> int | None:
+    """Join the scheduler at ``address`` and serve; None if it could not join."""
+    service = WorkerService(address, **options)
+    try:
+        await service.join()
+    except Exception:
+        logger.debug("worker %s could not join %s", service.name, address, exc_info=True)
+        return None
+    return await service.serve(stop)
