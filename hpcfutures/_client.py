@@ -70,7 +70,8 @@ class ClientSide:
         # outside a serving launch (a launch of its own, size 1) has no rank.
         if self.plan.role is not Role.STANDALONE and self.plan.identity.size > 1:
             configure_rank_logging(self.plan.identity.rank, self.plan.role.value,
-                                   self.plan.identity.launch_id)
+                                   self.plan.identity.launch_id,
+                                   log_dir=self.settings.log_dir)
         self.loop = LoopThread()
         try:
             address = self._scheduler_address(_dask)
@@ -180,10 +181,12 @@ class ClientSide:
         identity = self.plan.identity
         if identity.size > 1:  # a rank of a launch: the other ranks' logs have known names
             if not self.settings.scheduler_in_client:
-                where = where_to_read(SCHEDULER_RANK, "scheduler", identity.launch_id)
+                where = where_to_read(SCHEDULER_RANK, "scheduler", identity.launch_id,
+                                      log_dir=self.settings.log_dir)
                 self.bridge.scheduler_pointer = (
                     f"rank {SCHEDULER_RANK} (scheduler) probably died; {where}")
-            self.bridge.roster.pointer = functools.partial(_worker_pointer, identity.launch_id)
+            self.bridge.roster.pointer = functools.partial(
+                _worker_pointer, identity.launch_id, self.settings.log_dir)
         if self.settings.dashboard:
             from ._dashboard import announce_dashboard
 
@@ -249,13 +252,13 @@ async def _total_threads(client: Any) -> int:
     return int((client.scheduler_info() or {}).get("total_threads") or 1)
 
 
-def _worker_pointer(launch_id: str, name: str) -> tuple[str, str]:
+def _worker_pointer(launch_id: str, log_dir: str | None, name: str) -> tuple[str, str]:
     """(who, where to look) for a worker of this launch, named ``rank-N`` by its rank."""
     match = re.fullmatch(r"rank-(\d+)", name)
     if match is None:
         return f"worker {name}", "see its output"
     rank = int(match.group(1))
-    return f"rank {rank} (worker)", where_to_read(rank, "worker", launch_id)
+    return f"rank {rank} (worker)", where_to_read(rank, "worker", launch_id, log_dir=log_dir)
 
 
 def _raise_system_exit(signum: int, frame: Any) -> None:

@@ -122,6 +122,9 @@ _OPTIONS = (
     _Option("summary", False, _to_bool,
             "When the client leaves the with block, print calls run and failed, calls "
             "re-run after a lost worker, each worker's busy time and the wall time."),
+    _Option("log_dir", None, _to_optional_str,
+            "Directory where every rank also writes its own log file, "
+            "<dir>/<launch id>/rank-<rank>-<role>.log (default: none, only the tagged output)."),
     _Option("release_idle_after", None, _to_positive_float,
             "Seconds after which an idle worker retires and its rank exits 0, handing its "
             "resources back (useful when each worker is a job-array element); default: never."),
@@ -152,6 +155,7 @@ class Settings:
     dashboard: bool
     dashboard_address: str | None
     summary: bool
+    log_dir: str | None
     release_idle_after: float | None
     min_workers: int
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)

@@ -76,6 +76,9 @@ class Executor(cf.Executor):
         summary: When the client leaves the ``with`` block, print the calls
             run and failed, the calls re-run after a lost worker, each
             worker's busy time and the wall time.
+        log_dir: Directory where every rank also writes its own log file,
+            ``<dir>/<launch id>/rank-<rank>-<role>.log`` (also
+            ``HPCFUTURES_LOG_DIR``); default: only the tagged output.
         release_idle_after: Seconds after which an idle worker retires and
             its rank exits 0, handing its CPUs and memory back to the cluster
             while the launch goes on (useful when each worker is its own
@@ -104,6 +107,7 @@ class Executor(cf.Executor):
         dashboard: bool | None = None,
         dashboard_address: str | None = None,
         summary: bool | None = None,
+        log_dir: str | None = None,
         release_idle_after: float | None = None,
         min_workers: int | None = None,
     ) -> None:
@@ -126,6 +130,7 @@ class Executor(cf.Executor):
             "dashboard": dashboard,
             "dashboard_address": dashboard_address,
             "summary": summary,
+            "log_dir": log_dir,
             "release_idle_after": release_idle_after,
             "min_workers": min_workers,
         })

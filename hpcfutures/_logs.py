@@ -65,7 +65,7 @@ _RANK_HANDLERS: list[logging.Handler] = []
 
 
 def configure_rank_logging(rank: int, role: str, launch_id: str,
-                           environ=os.environ) -> str | None:
+                           environ=os.environ, log_dir: str | None = None) -> str | None:
     """Tag every log line of this process with its rank and role; maybe log to a file.
 
     On a cluster N processes write to one stream; ``[rank 37 worker]`` tells whose
@@ -88,7 +88,7 @@ def configure_rank_logging(rank: int, role: str, launch_id: str,
     ours.addHandler(console)
     ours.propagate = False
     _RANK_HANDLERS.append(console)
-    path = rank_log_path(rank, role, launch_id, environ)
+    path = rank_log_path(rank, role, launch_id, environ, log_dir)
     if path is None:
         return None
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -109,21 +109,25 @@ def configure_rank_logging(rank: int, role: str, launch_id: str,
     return path
 
 
-def rank_log_path(rank: int, role: str, launch_id: str, environ=os.environ) -> str | None:
-    """The file rank ``rank`` logs to, or None when ``HPCFUTURES_LOG_DIR`` is not set.
+def rank_log_path(rank: int, role: str, launch_id: str, environ=os.environ,
+                  log_dir: str | None = None) -> str | None:
+    """The file rank ``rank`` logs to, or None without a log directory.
 
-    One definition for the ranks that write the files and for whoever points
-    the user at them (``hpcfutures run``, a broken executor's error).
+    The directory is the ``log_dir`` setting where the caller has the
+    settings, else ``HPCFUTURES_LOG_DIR`` (``hpcfutures run`` has only the
+    environment).  One definition for the ranks that write the files and for
+    whoever points the user at them (``hpcfutures run``, a broken executor's error).
     """
-    directory = environ.get(LOG_DIR_VAR)
+    directory = log_dir or environ.get(LOG_DIR_VAR)
     if not directory:
         return None
     return os.path.join(os.path.expanduser(directory), launch_id, f"rank-{rank}-{role}.log")
 
 
-def where_to_read(rank: int, role: str, launch_id: str, environ=os.environ) -> str:
+def where_to_read(rank: int, role: str, launch_id: str, environ=os.environ,
+                  log_dir: str | None = None) -> str:
     """Where the user finds what rank ``rank`` said: its log file, else its tagged output."""
-    path = rank_log_path(rank, role, launch_id, environ)
+    path = rank_log_path(rank, role, launch_id, environ, log_dir)
     if path is not None and os.path.exists(path):
         return f"read {path}"
     if path is not None:

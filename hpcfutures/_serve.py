@@ -111,7 +111,7 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
 
     quiet_dask_logging(environ)
     configure_rank_logging(plan.identity.rank, plan.role.value, plan.identity.launch_id,
-                           environ)
+                           environ, log_dir=settings.log_dir)
     host, interface = serving_bind(settings)
     if plan.role is Role.WORKER:
         plan.launcher.before_worker(plan.identity)

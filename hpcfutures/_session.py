@@ -104,7 +104,8 @@ class Session:
 
             quiet_dask_logging(self.environ)
             configure_rank_logging(plan.identity.rank, plan.role.value,
-                                   plan.identity.launch_id, self.environ)
+                                   plan.identity.launch_id, self.environ,
+                                   log_dir=self.settings.log_dir)
             status = self._serve(plan)
             return self._leave(plan, status)
         from ._client import ClientSide

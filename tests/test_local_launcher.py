@@ -228,6 +228,20 @@ def test_log_dir_gets_one_tagged_file_per_rank(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_log_dir_option_in_the_script_works_like_the_variable(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import hpcfutures\n"
+                      f"with hpcfutures.Executor(log_dir={str(tmp_path / 'logs')!r}) as ex:\n"
+                      "    print(ex.submit(abs, -3).result())\n")
+    job = hpcfutures_run(3, script, timeout=90)
+    assert job.returncode == 0, job
+    (launch_dir,) = (tmp_path / "logs").iterdir()
+    names = sorted(p.name for p in launch_dir.iterdir())
+    assert names == ["rank-0-scheduler.log", "rank-1-client.log", "rank-2-worker.log"], names
+    assert "[rank 2 worker]" in (launch_dir / "rank-2-worker.log").read_text()
+
+
+@pytest.mark.timeout(120)
 def test_exit_when_done_false_returns_on_every_rank_with_none():
     job = hpcfutures_run(4, JOBS / "return_job.py", timeout=90)
     assert job.returncode == 0, job
