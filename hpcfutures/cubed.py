@@ -219,11 +219,26 @@ def _futures_maker(executor: cf.Executor, retries: int):
     def create_futures(inputs: Iterable[Any], *, func: Any, config: Any,
                        name: str | None = None,
                        compute_id: str | None = None) -> list[tuple[Any, asyncio.Future]]:
-        return [(item, asyncio.ensure_future(
-                    _with_retries(executor, func, item, config, retries, name)))
-                for item in inputs]
+        made = []
+        for item in inputs:
+            task = asyncio.ensure_future(
+                _with_retries(executor, func, item, config, retries, name))
+            task.add_done_callback(_seen)
+            made.append((item, task))
+        return made
 
     return create_futures
+
+
+def _seen(task: asyncio.Future) -> None:
+    """Mark a task's exception as retrieved.
+
+    When a computation fails, Cubed raises the first error and drops the
+    other finished tasks; asyncio would then print "Task exception was never
+    retrieved" for each of them when the interpreter exits.
+    """
+    if not task.cancelled():
+        task.exception()
 
 
 async def _with_retries(executor: cf.Executor, func: Any, item: Any, config: Any,
