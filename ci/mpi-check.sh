@@ -14,8 +14,9 @@ MPI_CHECK_TIMEOUT=${MPI_CHECK_TIMEOUT:-60}
 # Keep MPI on loopback: the MPICH wheel uses UCX, which would otherwise probe every interface.
 export UCX_NET_DEVICES=lo HYDRA_IFACE=lo
 
-log() { printf '[mpi-check %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=mpi-check
+# shellcheck source=ci/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # Rank 0 gathers every rank over MPI and prints one line; a working launch gives exactly
 #   size 4 ranks [0, 1, 2, 3]

@@ -13,7 +13,9 @@ SGE_DOWN_TIMEOUT=${SGE_DOWN_TIMEOUT:-30}
 PIDDIR=/run/hpcfutures-sge
 export SGE_ROOT=/var/lib/gridengine SGE_CELL=default
 
-log() { printf '[sge-down %s] %s\n' "$(date +%T)" "$*" >&2; }
+LOG_TAG=sge-down
+# shellcheck source=ci/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # alive NAME PID: PID runs the program NAME
 alive() { [ "$(cat "/proc/$2/comm" 2>/dev/null)" = "$1" ]; }

@@ -18,8 +18,9 @@ REFERENCE=${SGE_PYTHON_REFERENCE:-python}
 PIP_TIMEOUT=${SGE_PIP_TIMEOUT:-600}
 BASE=/usr/bin/python3
 
-log() { printf '[sge-python %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=sge-python
+# shellcheck source=ci/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run me as root"
 # What hpcfutures imports (its pyproject dependencies and every third-party module its code

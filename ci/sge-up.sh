@@ -37,40 +37,14 @@ PIDDIR=/run/hpcfutures-sge          # qmaster.pid, execd.pid of the daemons we r
 LOGDIR=/var/log/hpcfutures-sge      # apt.log, qconf.log, daemon start-up output, probe.log
 DAEMON_PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-log() { printf '[sge-up %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-die() {
-  log "ERROR: $*"
+LOG_TAG=sge-up DIE_TAIL=15
+die_logs() {
+  printf '%s\n' "$QMASTER_SPOOL/messages" "$EXECD_SPOOL/$NODE/messages"
   local f
-  for f in "$QMASTER_SPOOL/messages" "$EXECD_SPOOL/$NODE/messages" "$LOGDIR"/*.log; do
-    [ -s "$f" ] || continue
-    printf -- '----- last lines of %s\n' "$f" >&2
-    tail -n 15 "$f" >&2
-  done
-  exit 1
+  for f in "$LOGDIR"/*.log; do printf '%s\n' "$f"; done
 }
-
-# wait_for SECONDS WHAT CMD...: retry CMD every 0.3 s until it succeeds or SECONDS have passed.
-wait_for() {
-  local limit=$1 what=$2 deadline
-  shift 2
-  deadline=$((SECONDS + limit))
-  until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || die "$what: not ready after ${limit} s"
-    sleep 0.3
-  done
-}
-
-# running PIDFILE NAME: the pid in PIDFILE is alive, not a zombie, and is the program NAME
-# (a stale pid file may name a pid that now belongs to something else).
-running() {
-  local pid state
-  [ -s "$1" ] || return 1
-  pid=$(cat "$1")
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || return 1
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
+# shellcheck source=ci/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run me as root (I install packages and start daemons)"
 mkdir -p "$PIDDIR" "$LOGDIR"

@@ -10,7 +10,9 @@ set -euo pipefail
 SLURM_DOWN_TIMEOUT=${SLURM_DOWN_TIMEOUT:-10}
 PIDDIR=/run/hpcfutures-slurm
 
-log() { printf '[slurm-down %s] %s\n' "$(date +%T)" "$*" >&2; }
+LOG_TAG=slurm-down
+# shellcheck source=ci/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # stop NAME: stop the daemon whose pid is in $PIDDIR/NAME.pid, if that process is still NAME.
 stop() {

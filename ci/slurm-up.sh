@@ -30,38 +30,10 @@ CONF=/etc/slurm/slurm.conf
 MUNGE_PID=/run/munge/munged.pid     # munged runs as `munge` and cannot write into $PIDDIR
 MUNGE_LOG=/var/log/munge/munged.log
 
-log() { printf '[slurm-up %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-die() {
-  log "ERROR: $*"
-  local f
-  for f in "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log" "$MUNGE_LOG"; do
-    [ -s "$f" ] || continue
-    printf -- '----- last lines of %s\n' "$f" >&2
-    tail -n 20 "$f" >&2
-  done
-  exit 1
-}
-
-# wait_for SECONDS WHAT CMD...: retry CMD every 0.2 s until it succeeds or SECONDS have passed.
-wait_for() {
-  local limit=$1 what=$2 deadline
-  shift 2
-  deadline=$((SECONDS + limit))
-  until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || die "timed out after ${limit}s waiting for $what"
-    sleep 0.2
-  done
-}
-
-# running PIDFILE NAME: the pid file names a live process whose command is NAME
-# (checking the name guards against a stale pid file whose pid was reused).
-running() {
-  local pid
-  [ -s "$1" ] || return 1
-  pid=$(cat "$1")
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
+LOG_TAG=slurm-up
+die_logs() { printf '%s\n' "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log" "$MUNGE_LOG"; }
+# shellcheck source=ci/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # stop_daemon NAME: SIGTERM to the pid in $PIDDIR/NAME.pid, SIGKILL if it outlives the deadline.
 stop_daemon() {

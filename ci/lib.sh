@@ -1,0 +1,42 @@
+# ci/lib.sh -- shell helpers shared by the ci/ scripts (source it; it runs nothing).
+#
+# Before sourcing, set LOG_TAG (the prefix of every line, e.g. slurm-up). A script whose
+# failures are explained by daemon logs defines die_logs, printing one path per line; die
+# then shows the last DIE_TAIL (default 20) lines of each that exists and is not empty.
+
+log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date +%T)" "$*" >&2; }
+
+die() {
+  log "ERROR: $*"
+  if declare -F die_logs >/dev/null; then
+    local f
+    while IFS= read -r f; do
+      [ -s "$f" ] || continue
+      printf -- '----- last lines of %s\n' "$f" >&2
+      tail -n "${DIE_TAIL:-20}" "$f" >&2
+    done < <(die_logs)
+  fi
+  exit 1
+}
+
+# wait_for SECONDS WHAT CMD...: retry CMD every 0.2 s until it succeeds or SECONDS have passed.
+wait_for() {
+  local limit=$1 what=$2 deadline
+  shift 2
+  deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || die "timed out after ${limit}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+# running PIDFILE NAME: the pid in PIDFILE is alive, not a zombie, and is the program NAME
+# (a stale pid file may name a pid that now belongs to something else).
+running() {
+  local pid state
+  [ -s "$1" ] || return 1
+  pid=$(cat "$1")
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
