@@ -104,8 +104,10 @@ class WorkerService:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(poll)
-            if self._worker.status.name not in ("stopping", "stopped", "closing",
-                                                "closing_gracefully", "closed", "failed"):
+            # Not "closing_gracefully": a retiring worker (idle release) is
+            # still handing its results to the others, however long that takes.
+            if self._worker.status.name not in ("stopping", "stopped", "closing", "closed",
+                                                "failed"):
                 closing_since = None
                 continue
             closing_since = closing_since or loop.time()
