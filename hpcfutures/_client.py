@@ -124,18 +124,11 @@ class ClientSide:
         self.local_workers = LocalWorkers(count).spawn()
 
     def _connect_local_workers(self, address: str) -> None:
-        identity = self.plan.identity
-        host, interface = bind_address(self.settings, identity)
-        self.local_workers.connect({
-            "address": address,
-            "nthreads": self.settings.threads_per_worker or identity.threads or 1,
-            # e.g. a Slurm batch script's --mem shared among its local workers
-            "memory_limit": self.settings.memory_limit or identity.memory_limit,
-            "host": host,
-            "interface": interface,
-            "timeout": self.settings.timeout,
-            "credentials": self.credentials,
-        })
+        from ._localworkers import join_options
+
+        host, interface = bind_address(self.settings, self.plan.identity)
+        self.local_workers.connect(join_options(self.settings, self.plan.identity, address,
+                                                host, interface, self.credentials))
 
     def _run(self, coro, timeout: float, what: str):
         assert self.loop is not None

@@ -13,10 +13,26 @@ import logging
 import subprocess
 import sys
 import time
+from typing import Any
 
-__all__ = ["LocalWorkers"]
+__all__ = ["LocalWorkers", "join_options"]
 
 logger = logging.getLogger("hpcfutures")
+
+
+def join_options(settings: Any, identity: Any, address: str, host: str | None,
+                 interface: str | None, credentials: dict[str, str]) -> dict[str, Any]:
+    """What the local worker processes need to join the scheduler at ``address``."""
+    return {
+        "address": address,
+        "nthreads": settings.threads_per_worker or identity.threads or 1,
+        # e.g. a Slurm batch script's --mem, shared among its local workers
+        "memory_limit": settings.memory_limit or identity.memory_limit,
+        "host": host,
+        "interface": interface,
+        "timeout": settings.timeout,
+        "credentials": credentials,
+    }
 
 
 class LocalWorkers:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from ._config import Settings
 from ._errors import ConfigurationError, LaunchFinished
+from ._localworkers import join_options
 from ._logs import configure_rank_logging, quiet_dask_logging
 from ._loop import run_until_complete
 from ._roles import Role, assign_serving_role
@@ -156,7 +157,8 @@ async def _scheduler(_dask, settings: Settings, plan: Plan, host, interface,
         0, f"the scheduler received {signal.Signals(signum).name}"))
     try:
         if local is not None:
-            local.connect(_local_worker_config(settings, plan, info))
+            local.connect(join_options(settings, plan.identity, info.address, host, interface,
+                                       dict(info.security)))
         plan.exchange.publish(info)
         _say(f"serving at {info.address}; clients connect with "
              f"hpcfutures.connect({str(_public_path(plan.exchange))!r}); stop with "
@@ -167,21 +169,6 @@ async def _scheduler(_dask, settings: Settings, plan: Plan, host, interface,
     finally:
         await service.close()
         plan.exchange.finish(info)
-
-
-def _local_worker_config(settings: Settings, plan: Plan, info: SchedulerInfo) -> dict:
-    """What a standalone server's local worker processes need to join it."""
-    identity = plan.identity
-    host, interface = serving_bind(settings)
-    return {
-        "address": info.address,
-        "nthreads": settings.threads_per_worker or identity.threads or 1,
-        "memory_limit": settings.memory_limit or identity.memory_limit,
-        "host": host,
-        "interface": interface,
-        "timeout": settings.timeout,
-        "credentials": dict(info.security),
-    }
 
 
 def _public_path(exchange: AddressExchange):
