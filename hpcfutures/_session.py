@@ -206,7 +206,7 @@ async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
     from ._remote import set_location
 
     identity = plan.identity
-    info = await find_scheduler(_dask, plan.exchange, timeout)
+    info = await find_scheduler(_dask, plan.exchange, timeout, may_be_late=True)
     if identity.gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
@@ -277,12 +277,24 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
     return True
 
 
-async def find_scheduler(_dask, exchange: AddressExchange, timeout: float) -> SchedulerInfo:
-    """Look the scheduler up and make sure it answers; skip stale entries until the deadline."""
+async def find_scheduler(_dask, exchange: AddressExchange, timeout: float, *,
+                         may_be_late: bool = False) -> SchedulerInfo:
+    """Look the scheduler up and make sure it answers; skip stale entries until the deadline.
+
+    ``may_be_late``: a worker, which may start after the launch ended (the
+    client never can); see :attr:`AddressExchange.silence_means_finished`.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     stale = None
+    silent = 0
     while True:
+        if (may_be_late and silent >= DEAD_AFTER_SILENT_PROBES
+                and exchange.silence_means_finished):
+            # A rank that starts after the end under MPI: the one answer it can
+            # get names a scheduler that has finished (see _join_while_launch_lasts).
+            raise LaunchFinished(f"the scheduler at {stale.address} no longer answers: "
+                                 "the launch is over")
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise StartupTimeoutError(
@@ -294,4 +306,5 @@ async def find_scheduler(_dask, exchange: AddressExchange, timeout: float) -> Sc
                              _dask.make_security(info.security)):
             return info
         logger.info("no scheduler answers at %s; treating it as stale", info.address)
+        silent = silent + 1 if stale is not None and stale.address == info.address else 1
         stale = info

@@ -343,12 +343,13 @@ def test_mpi_example(real_mpi):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(90)
-def test_a_worker_that_comes_after_the_end_leaves_with_status_0(real_mpi):
+@pytest.mark.parametrize("delay", [3, 8])  # joining as the launch ends; after it ended
+def test_a_worker_that_comes_after_the_end_leaves_with_status_0(real_mpi, delay):
     """Rank 3 starts its executor only after the client is done: MPI would have
     ended the job had the scheduler died, so its silence means "finished"."""
     script = ("import os, sys, time\n"
               "if os.environ['PMI_RANK'] == '3':\n"
-              "    time.sleep(3)\n"
+              f"    time.sleep({delay})\n"
               "import hpcfutures\n"
               "with hpcfutures.MPIExecutor() as ex:\n"
               "    print('RESULT', ex.submit(abs, -2).result(), flush=True)\n")
