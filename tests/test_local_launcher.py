@@ -255,9 +255,9 @@ def test_exit_when_done_false_returns_on_every_rank_with_none():
 
 @pytest.mark.timeout(60)
 def test_run_ends_copies_that_ignore_a_forwarded_signal():
-    code = ("import signal, sys, time\n"
+    code = ("import os, signal, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "print('READY', flush=True)\n"
+            "os.write(1, b'READY\\n')\n"  # one write: the two copies share the pipe
             "time.sleep(300)\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "hpcfutures", "run", "-n", "2", "--grace", "1",
