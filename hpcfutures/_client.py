@@ -224,9 +224,15 @@ class ClientSide:
         loop = self.loop
         if loop is None:
             return
+        # Stopped by a signal, the scheduler got it too and is closing: it may
+        # take the goodbye's connection and never answer, so do not wait long.
+        signalled = status in (130, 143) or (
+            self.bridge is not None and self.bridge.stopped_by_signal)  # Ctrl-C, SIGTERM
         with contextlib.suppress(Exception):
             if self.client is not None:
-                loop.run_sync(_dask.finish_client(self.client, status), SHUTDOWN_GRACE * 2)
+                loop.run_sync(_dask.finish_client(self.client, status,
+                                                  timeout=1.0 if signalled else 5.0),
+                              SHUTDOWN_GRACE * 2)
         with contextlib.suppress(Exception):
             if self.service is not None:
                 loop.run_sync(self.service.close(), SHUTDOWN_GRACE)
