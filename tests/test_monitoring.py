@@ -20,9 +20,18 @@ import uuid
 import pytest
 
 import hpcfutures
-from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, hpcfutures_run
+from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, hpcfutures_run, require
 from contract import fail_on, square
 from hpcfutures._config import resolve_settings
+
+
+def needs(package: str) -> None:
+    """These optional packages are in the test extra: missing under CI=true is a failure."""
+    import importlib.util
+
+    require(importlib.util.find_spec(package) is not None,
+            f"{package} (pip install -e '.[test]')")
+
 
 MONITOR = JOBS / "monitor_job.py"
 
@@ -149,20 +158,20 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_always_draws_into_a_captured_stream(ex, capsys):
-    pytest.importorskip("tqdm")
+    needs("tqdm")
     assert list(ex.map(square, range(50), progress="always")) == [x * x for x in range(50)]
     err = capsys.readouterr().err
     assert "square" in err and "50/50" in err, err
 
 
 def test_progress_true_writes_nothing_when_stderr_is_not_a_terminal(ex, capsys):
-    pytest.importorskip("tqdm")
+    needs("tqdm")
     assert list(ex.map(square, range(50), progress=True)) == [x * x for x in range(50)]
     assert capsys.readouterr().err == ""
 
 
 def test_progress_true_draws_on_a_terminal(ex, monkeypatch):
-    pytest.importorskip("tqdm")
+    needs("tqdm")
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     assert list(ex.map(square, range(30), chunksize=4, progress=True)) == [
@@ -171,7 +180,7 @@ def test_progress_true_draws_on_a_terminal(ex, monkeypatch):
 
 
 def test_progress_keeps_order_timeout_and_the_exception_position(ex, capsys):
-    pytest.importorskip("tqdm")
+    needs("tqdm")
     seen = []
     with pytest.raises(ValueError, match="bad item 7"):
         for value in ex.map(fail_on, range(20), [7] * 20, progress="always"):
@@ -241,7 +250,7 @@ def _start(n: int, mode: str, env: dict) -> tuple[subprocess.Popen, str]:
 
 @pytest.mark.timeout(120)
 def test_dashboard_line_has_a_loopback_address_that_answers_and_summary_names_ranks(tmp_path):
-    pytest.importorskip("bokeh")
+    needs("bokeh")
     release = tmp_path / "release"
     process, marker = _start(4, "watch", {
         "HPCFUTURES_DASHBOARD": "1", "HPCFUTURES_DASHBOARD_ADDRESS": "127.0.0.1:0",
