@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 
 from .._errors import LauncherError
+from ._batchenv import int_var as batch_int_var
 
 __all__ = [
     "Mode",
@@ -53,15 +54,7 @@ class Mode(enum.Enum):
 
 def int_var(environ: Mapping[str, str], name: str) -> int | None:
     """An integer Slurm variable; None when unset; LauncherError when garbled."""
-    text = environ.get(name, "")
-    if text == "":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise LauncherError(
-            f"{name}={text!r} is not an integer; is this really a Slurm task environment?"
-        ) from None
+    return batch_int_var(environ, name, "Slurm")
 
 
 def in_srun_step(environ: Mapping[str, str]) -> bool:
