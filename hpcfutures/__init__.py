@@ -26,8 +26,8 @@ from ._errors import (
     StopTimeoutError,
     TaskMemoryError,
 )
-from ._connect import ConnectedExecutor, connect, stop
-from ._executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
+from ._facade.connect import ConnectedExecutor, connect, stop
+from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
 __version__ = "0.1.0"

@@ -42,7 +42,7 @@ from cubed.runtime.utils import asyncio_run, execute_with_stats
 from cubed.utils import memory_repr
 
 from ._errors import ConfigurationError, RemoteTraceback
-from ._executor import Executor
+from ._facade.executor import Executor
 
 __all__ = ["HPCFuturesDagExecutor", "run_cubed_task"]
 

@@ -24,12 +24,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
+
 from hpcfutures import LauncherError, NotEnoughRanksError
-from hpcfutures._config import resolve_settings
-from hpcfutures._roles import Role
-from hpcfutures._session import negotiate
+from hpcfutures._launch.roles import Role
+from hpcfutures._launch.session import negotiate
+from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import detect_launcher
 from hpcfutures.launchers._batchenv import IndexSpan, parse_span, safe_id
 

@@ -8,7 +8,6 @@ import json
 import sys
 
 import pytest
-
 from conftest import ROOT, run_job
 
 sys.path.insert(0, str(ROOT))

@@ -3,7 +3,7 @@
 import pytest
 
 from hpcfutures import ConfigurationError
-from hpcfutures._config import SETTINGS_DOC, Settings, resolve_settings
+from hpcfutures._support.config import SETTINGS_DOC, Settings, resolve_settings
 
 
 def test_defaults():

@@ -3,10 +3,10 @@
 import time
 
 import pytest
-
-import hpcfutures
 from conftest import MATRIX_CHECKS, child_pids, record_failure_time
 from contract import CHECKS, square
+
+import hpcfutures
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ import time
 import uuid
 
 import pytest
+from conftest import IN_CI, JOBS, ROOT, child_pids, require, run_job, slurm_is_up
 
 import hpcfutures
-from conftest import IN_CI, JOBS, ROOT, child_pids, require, run_job, slurm_is_up
 
 
 def _have_cubed() -> bool:

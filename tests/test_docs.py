@@ -22,7 +22,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import ROOT, require
 
 DOCS = ROOT / "docs"
@@ -43,7 +42,7 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
 
-    from hpcfutures._config import _OPTIONS, ENV_PREFIX
+    from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
 
     reference = (tmp_path / "html" / "configuration.html").read_text()
     for option in _OPTIONS:  # the generated table is there and complete
@@ -138,7 +137,7 @@ def test_cli_snippet_parses(page, line, words):
 
 
 def test_every_documented_variable_exists():
-    from hpcfutures._config import _OPTIONS, ENV_PREFIX
+    from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
 
     real = {ENV_PREFIX + option.name.upper() for option in _OPTIONS}
     for source in (ROOT / "hpcfutures").rglob("*.py"):

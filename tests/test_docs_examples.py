@@ -17,7 +17,6 @@ import time
 import uuid
 
 import pytest
-
 from conftest import MARKER_VAR, ROOT, assert_no_leftovers, processes_with_marker
 
 CUSTOM = ROOT / "examples" / "custom_launcher"
@@ -138,7 +137,7 @@ def test_launcher_registered_as_entry_point_is_detected(tmp_path):
 
 def test_toy_identity_and_its_errors(monkeypatch):
     from hpcfutures import LauncherError
-    from hpcfutures._config import resolve_settings
+    from hpcfutures._support.config import resolve_settings
 
     monkeypatch.syspath_prepend(str(CUSTOM))
     from toy_launcher import ToyLauncher

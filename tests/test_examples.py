@@ -4,7 +4,6 @@ import re
 import sys
 
 import pytest
-
 from conftest import ROOT, hpcfutures_run, run_job
 
 EXAMPLES = ROOT / "examples"

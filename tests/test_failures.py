@@ -13,9 +13,7 @@ import time
 import uuid
 
 import pytest
-
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, record_failure_time
-
 
 RANK_VARS = {"run": "HPCFUTURES_RANK", "srun": "SLURM_PROCID", "mpiexec": "PMI_RANK"}
 MPI_ENV = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from conftest import JOBS, ROOT, contract_passed, hpcfutures_run, record_failure_time, run_job
 
 CONTRACT = JOBS / "contract_job.py"
@@ -88,8 +87,9 @@ class _Rank:
 @pytest.mark.timeout(120)
 def test_stale_scheduler_file_with_same_launch_id_is_ignored(tmp_path):
     """A file left by an earlier run (same id, dead address) must not stop this one."""
-    from conftest import assert_no_leftovers
     import uuid
+
+    from conftest import assert_no_leftovers
 
     launch, marker = "stale-test", uuid.uuid4().hex
     path = tmp_path / "sched.json"
@@ -137,8 +137,9 @@ def test_worker_that_never_finds_a_scheduler_times_out_clearly(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_run_forwards_signals_and_everything_stops(signum):
-    from conftest import MARKER_VAR, assert_no_leftovers
     import uuid
+
+    from conftest import MARKER_VAR, assert_no_leftovers
 
     marker = uuid.uuid4().hex
     process = subprocess.Popen(

@@ -13,12 +13,18 @@ import sys
 import time
 
 import pytest
+from conftest import (
+    JOBS,
+    have_command,
+    hpcfutures_run,
+    record_failure_time,
+    require,
+    run_job,
+    slurm_is_up,
+)
 
 import hpcfutures
-from hpcfutures import _memory
-from conftest import (
-    JOBS, have_command, hpcfutures_run, record_failure_time, require, run_job, slurm_is_up,
-)
+from hpcfutures._remote import memory as _memory
 
 LIMIT_ENV = {"HPCFUTURES_MEMORY_LIMIT": "700MiB", "HPCFUTURES_HOST": "127.0.0.1"}
 

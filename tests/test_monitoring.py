@@ -18,11 +18,11 @@ import urllib.request
 import uuid
 
 import pytest
-
-import hpcfutures
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, hpcfutures_run, require
 from contract import fail_on, square
-from hpcfutures._config import resolve_settings
+
+import hpcfutures
+from hpcfutures._support.config import resolve_settings
 
 
 def needs(package: str) -> None:
@@ -64,7 +64,7 @@ def test_a_bad_progress_value_names_the_variable():
 
 # -------------------------------------------------------------- pure helpers
 def test_calls_are_read_from_task_keys():
-    from hpcfutures._summary import calls_in_key
+    from hpcfutures._reports.summary import calls_in_key
 
     assert calls_in_key("hpcf-1a2b3c4d-square-x64-17") == 64
     assert calls_in_key("hpcf-1a2b3c4d-square-x64-17-alone") == 64
@@ -74,7 +74,7 @@ def test_calls_are_read_from_task_keys():
 
 
 def test_summary_table_sums_workers_and_names_losses():
-    from hpcfutures._summary import CallTally, format_summary
+    from hpcfutures._reports.summary import CallTally, format_summary
 
     tally = CallTally()
     tally.calls_done(100, failed=2)
@@ -96,7 +96,7 @@ def test_summary_table_sums_workers_and_names_losses():
 
 
 def test_dashboard_line_gives_the_url_and_a_tunnel():
-    from hpcfutures._dashboard import dashboard_line
+    from hpcfutures._reports.dashboard import dashboard_line
 
     line = dashboard_line({"host": "node17", "address": "127.0.0.1", "port": 8788})
     assert "http://127.0.0.1:8788/status (on node17)" in line
@@ -106,7 +106,7 @@ def test_dashboard_line_gives_the_url_and_a_tunnel():
 
 
 def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
-    from hpcfutures._run import _failure_pointer
+    from hpcfutures._cli.run import _failure_pointer
 
     environ = {"HPCFUTURES_LOG_DIR": str(tmp_path)}
     log = tmp_path / "local-abc" / "rank-2-worker.log"
@@ -122,7 +122,7 @@ def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
 def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     import asyncio
 
-    from hpcfutures._roster import WorkerRoster
+    from hpcfutures._facade.roster import WorkerRoster
 
     class Scheduler:
         workers: dict = {}

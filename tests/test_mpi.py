@@ -16,17 +16,22 @@ import sys
 import time
 
 import pytest
-
 from conftest import (
-    JOBS, ROOT, contract_passed, have_command, record_failure_time, require, run_job,
+    JOBS,
+    ROOT,
+    contract_passed,
+    have_command,
+    record_failure_time,
+    require,
+    run_job,
     slurm_is_up,
 )
+
 from hpcfutures import LauncherError, StartupTimeoutError
-from hpcfutures._config import resolve_settings
-from hpcfutures._roles import Role
-from hpcfutures._session import negotiate
-from hpcfutures.launchers import SchedulerInfo, detect_launcher
-from hpcfutures.launchers import _mpi, mpi
+from hpcfutures._launch.roles import Role
+from hpcfutures._launch.session import negotiate
+from hpcfutures._support.config import resolve_settings
+from hpcfutures.launchers import SchedulerInfo, _mpi, detect_launcher, mpi
 from hpcfutures.launchers.mpi import BroadcastExchange, MPILauncher, declared_size
 
 CONTRACT = JOBS / "contract_job.py"

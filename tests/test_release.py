@@ -18,12 +18,18 @@ import types
 import uuid
 
 import pytest
+from conftest import (
+    JOBS,
+    MARKER_VAR,
+    ROOT,
+    assert_no_leftovers,
+    processes_with_marker,
+    require,
+    slurm_is_up,
+)
 
 import hpcfutures
-from hpcfutures._release import IdleRelease
-from conftest import (
-    JOBS, MARKER_VAR, ROOT, assert_no_leftovers, processes_with_marker, require, slurm_is_up,
-)
+from hpcfutures._dask.release import IdleRelease
 
 RELEASE_ENV = {"HPCFUTURES_RELEASE_IDLE_AFTER": "1", "HPCFUTURES_MIN_WORKERS": "1",
                "HPCFUTURES_HOST": "127.0.0.1"}

@@ -3,9 +3,9 @@
 import pytest
 
 from hpcfutures import NotEnoughRanksError
-from hpcfutures._config import resolve_settings
-from hpcfutures._roles import Identity, Role, assign_role
-from hpcfutures._session import bind_address, negotiate
+from hpcfutures._launch.roles import Identity, Role, assign_role
+from hpcfutures._launch.session import bind_address, negotiate
+from hpcfutures._support.config import resolve_settings
 
 
 @pytest.mark.parametrize("size", [3, 4, 8, 64])

@@ -8,8 +8,8 @@ import pytest
 
 from hpcfutures import ConfigurationError, SchedulerFileError, StartupTimeoutError
 from hpcfutures._errors import LaunchFinished
-from hpcfutures._schedfile import SchedulerFileExchange, default_scheduler_file
 from hpcfutures.launchers import SchedulerInfo
+from hpcfutures.launchers._schedfile import SchedulerFileExchange, default_scheduler_file
 
 
 def exchange(tmp_path, launch="launch-1", **kwargs):

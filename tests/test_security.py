@@ -3,10 +3,10 @@
 import socket
 
 import pytest
-
-import hpcfutures
 from conftest import outsider_refused
 from contract import square
+
+import hpcfutures
 
 
 def _scheduler_address(executor) -> str:

@@ -19,8 +19,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-import hpcfutures
 from conftest import (
     MARKER_VAR,
     ROOT,
@@ -31,11 +29,13 @@ from conftest import (
     run_job,
     slurm_is_up,
 )
-from hpcfutures._config import resolve_settings
-from hpcfutures._roles import Role, assign_serving_role
-from hpcfutures._schedfile import SchedulerFileExchange
-from hpcfutures._serve import serving_plan
+
+import hpcfutures
+from hpcfutures._launch.roles import Role, assign_serving_role
+from hpcfutures._launch.serving import serving_plan
+from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo
+from hpcfutures.launchers._schedfile import SchedulerFileExchange
 
 CONNECT_JOB = "tests/jobs/connect_job.py"
 

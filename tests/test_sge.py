@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, have_command, require
 
 JOB_USER = os.environ.get("SGE_JOB_USER", "hpcuser")

@@ -22,7 +22,6 @@ import time
 import uuid
 
 import pytest
-
 from conftest import (
     MARKER_VAR,
     ROOT,
@@ -33,6 +32,7 @@ from conftest import (
     run_job,
     slurm_is_up,
 )
+
 from hpcfutures.launchers import SchedulerInfo
 
 pytestmark = [pytest.mark.slurm]

@@ -11,12 +11,11 @@ import time
 import pytest
 
 from hpcfutures import ConfigurationError, LauncherError, NotEnoughRanksError
-from hpcfutures._config import resolve_settings
 from hpcfutures._errors import LaunchFinished
-from hpcfutures._roles import Role
-from hpcfutures._session import bind_address, negotiate
-from hpcfutures.launchers import SchedulerInfo, detect_launcher
-from hpcfutures.launchers import _slurm_array
+from hpcfutures._launch.roles import Role
+from hpcfutures._launch.session import bind_address, negotiate
+from hpcfutures._support.config import resolve_settings
+from hpcfutures.launchers import SchedulerInfo, _slurm_array, detect_launcher
 from hpcfutures.launchers._slurm_array import ArrayFileExchange
 from hpcfutures.launchers._slurm_env import expand_counts, gpu_for_local_rank, memory_bytes
 from hpcfutures.launchers.slurm import SlurmLauncher

@@ -1,9 +1,9 @@
 """Sphinx extension: the configuration reference, generated from the code.
 
 ``.. hpcfutures-options::`` renders one row per option of
-``hpcfutures._config._OPTIONS`` (keyword, ``HPCFUTURES_*`` variable, Dask
+``hpcfutures._support.config._OPTIONS`` (keyword, ``HPCFUTURES_*`` variable, Dask
 config key, accepted values, default, meaning), so the table cannot drift
-from what :func:`hpcfutures._config.resolve_settings` reads.
+from what :func:`hpcfutures._support.config.resolve_settings` reads.
 
 ``.. hpcfutures-variables::`` renders the other ``HPCFUTURES_*`` variables,
 which are described in :data:`OTHER_VARIABLES` below.  At build time every
@@ -100,10 +100,10 @@ class _TableDirective(SphinxDirective):
 
 
 class OptionsTable(_TableDirective):
-    """Every option of ``Executor(...)``, straight from ``hpcfutures._config``."""
+    """Every option of ``Executor(...)``, straight from ``hpcfutures._support.config``."""
 
     def lines(self) -> list[str]:
-        from hpcfutures._config import _OPTIONS, ENV_PREFIX
+        from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
 
         rows = []
         for option in _OPTIONS:
@@ -155,7 +155,7 @@ class LaunchersTable(_TableDirective):
 
 def check_every_variable_is_documented(app) -> None:
     """Warn about an HPCFUTURES_* name in the package that no table documents."""
-    from hpcfutures._config import _OPTIONS, ENV_PREFIX
+    from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
 
     documented = {ENV_PREFIX + option.name.upper() for option in _OPTIONS} | set(OTHER_VARIABLES)
     pattern = re.compile(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b")

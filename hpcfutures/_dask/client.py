@@ -12,8 +12,8 @@ from distributed import Client
 from distributed.comm import CommClosedError, connect
 from distributed.core import send_recv
 
-from .._dashboard import dashboard_facts_here
-from .._summary import report_and_remove
+from .._reports.dashboard import dashboard_facts_here
+from .._reports.summary import report_and_remove
 from ._common import CLUSTER_TOPIC, _hurry, _silenced
 from .scheduler import UsagePlugin
 

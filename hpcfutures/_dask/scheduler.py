@@ -12,17 +12,10 @@ from typing import Any
 from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from .._logs import quiet_for_shutdown
-from .._release import IdleRelease
-from .._summary import UsageLedger
-from ._common import (
-    CLUSTER_TOPIC,
-    DASHBOARD_ADDRESS,
-    EXIT_FAILED,
-    RELEASED_OP,
-    VERDICT_OP,
-    _hurry,
-)
+from .._reports.summary import UsageLedger
+from .._support.logs import quiet_for_shutdown
+from ._common import CLUSTER_TOPIC, DASHBOARD_ADDRESS, EXIT_FAILED, RELEASED_OP, VERDICT_OP, _hurry
+from .release import IdleRelease
 
 __all__ = ["Coordinator", "SchedulerService", "UsagePlugin"]
 

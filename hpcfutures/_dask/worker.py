@@ -8,8 +8,8 @@ from typing import Any
 
 from distributed import Worker
 
-from .. import _memory as memory
-from .._logs import quiet_for_shutdown
+from .._remote import memory
+from .._support.logs import quiet_for_shutdown
 from ._common import CLOSE_TIMEOUT, VERDICT_OP, _hurry
 
 __all__ = ["WorkerService", "run_worker"]

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Mapping
 
 from .._errors import ConfigurationError
-from .._roles import Identity
+from .._launch.roles import Identity
 from ._base import AddressExchange, Launcher, SchedulerInfo
 
 __all__ = [

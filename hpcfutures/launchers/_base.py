@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from .._config import Settings
-    from .._roles import Identity
+    from .._launch.roles import Identity
+    from .._support.config import Settings
 
 __all__ = ["AddressExchange", "Launcher", "SchedulerInfo"]
 
@@ -134,7 +134,7 @@ class Launcher(abc.ABC):
 
     def address_exchange(self, identity: Identity) -> AddressExchange:
         """How the scheduler's address travels; default: a private file."""
-        from .._schedfile import SchedulerFileExchange
+        from ._schedfile import SchedulerFileExchange
 
         return SchedulerFileExchange.for_launch(self.settings, identity)
 

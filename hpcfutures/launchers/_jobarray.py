@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from .._errors import LauncherError, NotEnoughRanksError
-from .._roles import Identity, minimum_size
+from .._launch.roles import Identity, minimum_size
 from ._base import AddressExchange, Launcher
 from ._batchenv import mpi_launched
 from ._slurm_array import ArrayPosition
@@ -148,7 +148,7 @@ class JobArrayLauncher(Launcher):
     def address_exchange(self, identity: Identity) -> AddressExchange:
         """Array elements: a tombstoned file, so elements that start after the end exit 0."""
         if identity.fields.get("array_job_id"):
-            from .._schedfile import SchedulerFileExchange
+            from ._schedfile import SchedulerFileExchange
 
             return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
         return super().address_exchange(identity)

@@ -30,8 +30,8 @@ import subprocess
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._schedfile import SchedulerFileExchange
 from ._base import SchedulerInfo
+from ._schedfile import SchedulerFileExchange
 from ._slurm_env import int_var
 
 __all__ = ["ArrayFileExchange", "ArrayPosition", "array_position", "cancel_pending"]

@@ -11,7 +11,7 @@ import os
 import secrets
 from collections.abc import Mapping
 
-from .._roles import Identity
+from .._launch.roles import Identity
 from ._base import Launcher
 
 __all__ = ["EmbeddedLauncher", "available_cores"]

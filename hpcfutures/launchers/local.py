@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._roles import Identity
+from .._launch.roles import Identity
 from ._base import AddressExchange, Launcher
 
 __all__ = ["LocalLauncher", "RANK_VAR", "SIZE_VAR", "LAUNCH_ID_VAR", "launch_id_of"]
@@ -50,7 +50,7 @@ class LocalLauncher(Launcher):
         when a short launch ends (say, the client failed at once) then exits 0 at
         once instead of waiting for its deadline.  Launch ids are random, so an
         old tombstone never matches a new launch."""
-        from .._schedfile import SchedulerFileExchange
+        from ._schedfile import SchedulerFileExchange
 
         return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
 

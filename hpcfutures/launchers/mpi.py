@@ -35,10 +35,10 @@ import traceback
 from collections.abc import Mapping, MutableMapping
 
 from .._errors import LauncherError, StartupTimeoutError
-from .._roles import SCHEDULER_RANK, Identity
-from .._schedfile import Backoff
+from .._launch.roles import SCHEDULER_RANK, Identity
 from . import _mpi
 from ._base import AddressExchange, Launcher, SchedulerInfo
+from ._schedfile import Backoff
 
 __all__ = ["BroadcastExchange", "MPILauncher", "declared_size", "mpi_rank_variable"]
 

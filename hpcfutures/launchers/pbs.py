@@ -32,9 +32,15 @@ import re
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._roles import Identity
+from .._launch.roles import Identity
 from ._batchenv import (
-    ARRAY_INDICES_VAR, IndexSpan, int_var, parse_span, run_command, safe_id, size_override,
+    ARRAY_INDICES_VAR,
+    IndexSpan,
+    int_var,
+    parse_span,
+    run_command,
+    safe_id,
+    size_override,
 )
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
 

@@ -32,7 +32,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._roles import Identity
+from .._launch.roles import Identity
 from ._base import AddressExchange, SchedulerInfo
 from ._batchenv import int_var, parse_span, run_command
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import LauncherError, NotEnoughRanksError
-from .._roles import Identity, minimum_size
+from .._launch.roles import Identity, minimum_size
 from ._base import AddressExchange, Launcher
 from ._slurm_array import ArrayFileExchange, array_position, cancel_pending
 from ._slurm_env import (

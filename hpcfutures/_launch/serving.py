@@ -25,21 +25,15 @@ import socket
 import sys
 from collections.abc import Mapping
 
-from ._config import Settings
-from ._errors import ConfigurationError, LaunchFinished
-from ._localworkers import join_options
-from ._logs import configure_rank_logging, quiet_dask_logging
-from ._loop import run_until_complete
-from ._roles import Role, assign_serving_role
-from ._schedfile import SchedulerFileExchange
-from ._session import (
-    Plan,
-    _serve_worker,
-    _stop_on_signals,
-    choose_launcher,
-    start_scheduler,
-)
-from .launchers import AddressExchange, SchedulerInfo
+from .._errors import ConfigurationError, LaunchFinished
+from .._support.config import Settings
+from .._support.logs import configure_rank_logging, quiet_dask_logging
+from .._support.loop import run_until_complete
+from ..launchers import AddressExchange, SchedulerInfo
+from ..launchers._schedfile import SchedulerFileExchange
+from .local_workers import join_options
+from .roles import Role, assign_serving_role
+from .session import Plan, _serve_worker, _stop_on_signals, choose_launcher, start_scheduler
 
 __all__ = ["serve", "serving_plan"]
 
@@ -108,7 +102,7 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
     """Play this process's part in a serving launch until it stops; return the exit status."""
     environ = os.environ if environ is None else environ
     plan = serving_plan(settings, environ)
-    from . import _dask
+    from .. import _dask
 
     quiet_dask_logging(environ)
     configure_rank_logging(plan.identity.rank, plan.role.value, plan.identity.launch_id,
@@ -134,8 +128,8 @@ def _serve_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
                      idle_timeout: float | None) -> int:
     local = None
     if plan.role is Role.STANDALONE:
-        from ._localworkers import LocalWorkers
-        from .launchers.embedded import available_cores
+        from ..launchers.embedded import available_cores
+        from .local_workers import LocalWorkers
 
         count = settings.max_workers or plan.identity.local_workers or available_cores()
         local = LocalWorkers(count).spawn()  # their start-up overlaps the scheduler's

@@ -13,9 +13,9 @@ def main() -> None:
     # Ctrl-C reaches the whole process group; the parent decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Import Dask while the parent is still starting the scheduler.
-    from . import _dask
-    from ._logs import quiet_dask_logging
-    from ._loop import run_until_complete
+    from .. import _dask
+    from .._support.logs import quiet_dask_logging
+    from .._support.loop import run_until_complete
 
     quiet_dask_logging()
     text = sys.stdin.read()
@@ -23,7 +23,7 @@ def main() -> None:
         os._exit(0)
     config = json.loads(text)
     sys.path[:] = config.pop("sys_path")
-    from ._remote import set_location
+    from .._remote.calls import set_location
 
     set_location(f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}")
     security = _dask.make_security(config.pop("credentials", None))

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import collections
 import threading
-from concurrent.futures import CancelledError
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError
 from typing import Any
 
-from ._progress import MapProgress
-from ._remote import ChunkOutcome, restore_traceback, run_chunk_task
+from .._remote.calls import ChunkOutcome, restore_traceback, run_chunk_task
+from .progress import MapProgress
 
 __all__ = ["MapRun"]
 

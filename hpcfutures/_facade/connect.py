@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._config import Settings, resolve_settings
-from ._errors import NotServingError, SchedulerFileError, StopTimeoutError
-from ._executor import Executor
-from ._roles import Identity, Role
-from ._schedfile import Backoff, read_scheduler_file
-from ._session import PROBE_TIMEOUT, Plan, Session
-from .launchers import AddressExchange, Launcher, SchedulerInfo
+from .._errors import NotServingError, SchedulerFileError, StopTimeoutError
+from .._launch.roles import Identity, Role
+from .._launch.session import PROBE_TIMEOUT, Plan, Session
+from .._support.config import Settings, resolve_settings
+from ..launchers import AddressExchange, Launcher, SchedulerInfo
+from ..launchers._schedfile import Backoff, read_scheduler_file
+from .executor import Executor
 
 __all__ = ["ConnectedExecutor", "connect", "stop"]
 
@@ -167,7 +167,7 @@ class _ConnectedSession(Session):
         self.exchange = _ServingFile(path, wait)
 
     def start(self):
-        from ._client import ClientSide
+        from .._launch.client_side import ClientSide
 
         launcher = _Outside(self.settings, self.exchange)
         identity = launcher.identity()
@@ -258,8 +258,8 @@ def stop(scheduler_file: str | os.PathLike, *, timeout: float | None = None) -> 
 
 def _stop_launch(path: Path, info: SchedulerInfo, timeout: float) -> None:
     """Send the stop request, then wait until the scheduler has retired its file."""
-    from . import _dask
-    from ._loop import LoopThread
+    from .. import _dask
+    from .._support.loop import LoopThread
 
     reason = f"hpcfutures stop from pid {os.getpid()} on {socket.gethostname()}"
     loop = LoopThread("hpcfutures-stop")

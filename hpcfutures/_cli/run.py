@@ -20,10 +20,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from ._config import _to_bool
-from ._logs import where_to_read
-from ._roles import client_rank, minimum_size
-from .launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
+from .._launch.roles import client_rank, minimum_size
+from .._support.config import _to_bool
+from .._support.logs import where_to_read
+from ..launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
 
 __all__ = ["run"]
 

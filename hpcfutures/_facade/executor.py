@@ -17,12 +17,12 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
-from ._bridge import TaskBridge, TaskFuture
-from ._capacity import WorkerMemory
-from ._config import resolve_settings
-from ._mapping import MapRun
-from ._progress import open_bar, progress_mode
-from ._session import Session
+from .._launch.session import Session
+from .._support.config import resolve_settings
+from .bridge import TaskBridge, TaskFuture
+from .capacity import WorkerMemory
+from .mapping import MapRun
+from .progress import open_bar, progress_mode
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
 

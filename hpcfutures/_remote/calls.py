@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from ._errors import RemoteTraceback
-from ._memory import explain
+from .._errors import RemoteTraceback
+from .memory import explain
 
 __all__ = [
     "BundleOutcome", "ChunkOutcome", "pick", "restore_traceback", "run_bundle", "run_chunk",

@@ -15,7 +15,7 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(
         prog="hpcfutures",
@@ -86,9 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
     import logging
     import os
 
-    from ._config import resolve_settings
-    from ._errors import HPCFuturesError
-    from ._serve import serve
+    from .._errors import HPCFuturesError
+    from .._launch.serving import serve
+    from .._support.config import resolve_settings
 
     try:
         settings = resolve_settings({"scheduler_file": args.scheduler_file,
@@ -107,8 +107,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from ._connect import stop
-    from ._errors import HPCFuturesError
+    from .._errors import HPCFuturesError
+    from .._facade.connect import stop
 
     try:
         stop(args.file, timeout=args.timeout)
@@ -120,9 +120,9 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _info(as_json: bool) -> int:
-    from ._config import resolve_settings
-    from ._roles import Role
-    from ._session import bind_address, negotiate
+    from .._launch.roles import Role
+    from .._launch.session import bind_address, negotiate
+    from .._support.config import resolve_settings
 
     settings = resolve_settings()
     report: dict = {}
@@ -146,7 +146,7 @@ def _info(as_json: bool) -> int:
             "bind": host or (f"interface {interface}" if interface else "Dask's default address"),
         })
         if plan.role is Role.STANDALONE:
-            from .launchers.embedded import available_cores
+            from ..launchers.embedded import available_cores
 
             report["local_workers"] = (settings.max_workers or identity.local_workers
                                        or available_cores())
@@ -174,7 +174,7 @@ def _info(as_json: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
-        from ._run import run
+        from .run import run
 
         command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
         if not command:

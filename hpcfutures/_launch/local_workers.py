@@ -1,6 +1,6 @@
 """Worker processes for the laptop default, started as children of the client.
 
-Each child runs :mod:`hpcfutures._worker_process`, which plays the same worker
+Each child runs :mod:`hpcfutures._launch.worker_process`, which plays the same worker
 role as a rank of a real launch; it learns the scheduler's address (and the
 parent's ``sys.path``, so functions from the user's modules import) through its
 standard input, never through the environment or a file.
@@ -50,7 +50,7 @@ class LocalWorkers:
     def spawn(self) -> LocalWorkers:
         for _ in range(self.count):
             self.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "hpcfutures._worker_process"],
+                [sys.executable, "-m", "hpcfutures._launch.worker_process"],
                 stdin=subprocess.PIPE,
             ))
         return self

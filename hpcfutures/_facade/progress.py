@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from ._config import _to_progress
-from ._errors import MissingDependencyError
+from .._errors import MissingDependencyError
+from .._support.config import _to_progress
 
 __all__ = ["MapProgress", "open_bar", "progress_mode"]
 

@@ -17,8 +17,8 @@ import stat
 import time
 from pathlib import Path
 
-from ._errors import ConfigurationError, LaunchFinished, SchedulerFileError, StartupTimeoutError
-from .launchers._base import AddressExchange, SchedulerInfo
+from .._errors import ConfigurationError, LaunchFinished, SchedulerFileError, StartupTimeoutError
+from ._base import AddressExchange, SchedulerInfo
 
 __all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file", "Backoff"]
 

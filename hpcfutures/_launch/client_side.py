@@ -18,15 +18,15 @@ import sys
 import threading
 from typing import Any
 
-from ._bridge import TaskBridge
-from ._config import Settings
-from ._errors import StartupTimeoutError
-from ._logs import configure_rank_logging, quiet_dask_logging, where_to_read
-from ._loop import LoopThread
-from ._roles import SCHEDULER_RANK, Role
-from ._session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler, start_scheduler
-from .launchers import SchedulerInfo
-from .launchers.embedded import available_cores
+from .._errors import StartupTimeoutError
+from .._facade.bridge import TaskBridge
+from .._support.config import Settings
+from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
+from .._support.loop import LoopThread
+from ..launchers import SchedulerInfo
+from ..launchers.embedded import available_cores
+from .roles import SCHEDULER_RANK, Role
+from .session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler, start_scheduler
 
 __all__ = ["ClientSide"]
 
@@ -58,12 +58,12 @@ class ClientSide:
 
     def start(self) -> TaskBridge:
         if self.settings.summary:
-            from ._summary import CallTally
+            from .._reports.summary import CallTally
 
             self.tally = CallTally()  # the wall time starts now
         if self.plan.role is Role.STANDALONE:
             self._spawn_local_workers()  # first: their start-up overlaps ours
-        from . import _dask
+        from .. import _dask
 
         quiet_dask_logging()
         # Tag log lines with the rank inside a launch; a client connected from
@@ -118,13 +118,13 @@ class ClientSide:
         return info.address
 
     def _spawn_local_workers(self) -> None:
-        from ._localworkers import LocalWorkers
+        from .local_workers import LocalWorkers
 
         count = self.settings.max_workers or self.plan.identity.local_workers or available_cores()
         self.local_workers = LocalWorkers(count).spawn()
 
     def _connect_local_workers(self, address: str) -> None:
-        from ._localworkers import join_options
+        from .local_workers import join_options
 
         host, interface = bind_address(self.settings, self.plan.identity)
         self.local_workers.connect(join_options(self.settings, self.plan.identity, address,
@@ -181,7 +181,7 @@ class ClientSide:
             self.bridge.roster.pointer = functools.partial(
                 _worker_pointer, identity.launch_id, self.settings.log_dir)
         if self.settings.dashboard:
-            from ._dashboard import announce_dashboard
+            from .._reports.dashboard import announce_dashboard
 
             announce_dashboard(self._ask(_dask.dashboard_facts(self.client)))
         if self.tally is not None:
@@ -199,8 +199,8 @@ class ClientSide:
             return None
 
     def _print_summary(self) -> None:
-        from . import _dask
-        from ._summary import format_summary
+        from .. import _dask
+        from .._reports.summary import format_summary
 
         usage = None
         if self._ledger is not None and self.bridge is not None and self.bridge.broken is None:
@@ -218,7 +218,7 @@ class ClientSide:
         self.plan.launcher.client_finished(self.plan.identity, status)
 
     def _teardown(self, status: int) -> None:
-        from . import _dask
+        from .. import _dask
 
         self._restore_sigterm()
         loop = self.loop

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ._errors import ConfigurationError
+from .._errors import ConfigurationError
 
 __all__ = ["Settings", "resolve_settings", "SETTINGS_DOC"]
 

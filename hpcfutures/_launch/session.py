@@ -26,12 +26,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ._config import Settings
-from ._errors import LauncherError, LaunchFinished, StartupTimeoutError
-from ._logs import configure_rank_logging, quiet_dask_logging
-from ._loop import run_until_complete
-from ._roles import Identity, Role, assign_role
-from .launchers import AddressExchange, Launcher, SchedulerInfo, detect_launcher, get_launcher
+from .._errors import LauncherError, LaunchFinished, StartupTimeoutError
+from .._support.config import Settings
+from .._support.logs import configure_rank_logging, quiet_dask_logging
+from .._support.loop import run_until_complete
+from ..launchers import AddressExchange, Launcher, SchedulerInfo, detect_launcher, get_launcher
+from .roles import Identity, Role, assign_role
 
 __all__ = ["Plan", "Session", "negotiate"]
 
@@ -100,7 +100,7 @@ class Session:
         plan = self._plan = negotiate(self.settings, self.environ)
         self.role = plan.role
         if plan.role in (Role.SCHEDULER, Role.WORKER):
-            from . import _dask  # noqa: F401  (configures Dask's logging on import)
+            from .. import _dask  # noqa: F401  (configures Dask's logging on import)
 
             quiet_dask_logging(self.environ)
             configure_rank_logging(plan.identity.rank, plan.role.value,
@@ -108,7 +108,7 @@ class Session:
                                    log_dir=self.settings.log_dir)
             status = self._serve(plan)
             return self._leave(plan, status)
-        from ._client import ClientSide
+        from .client_side import ClientSide
 
         self._client_side = ClientSide(self.settings, plan)
         return self._client_side.start()
@@ -121,7 +121,7 @@ class Session:
 
     # ------------------------------------------------------------ non-client
     def _serve(self, plan: Plan) -> int:
-        from . import _dask
+        from .. import _dask
 
         host, interface = bind_address(self.settings, plan.identity)
         timeout = plan.launcher.lookup_timeout(plan.identity)
@@ -164,7 +164,7 @@ def launch_credentials(settings: Settings) -> dict[str, str]:
     if not settings.security:
         logger.warning("security=False: the scheduler accepts anyone who can reach its port")
         return {}
-    from ._security import new_credentials
+    from .._support.security import new_credentials
 
     return new_credentials()
 
@@ -203,7 +203,7 @@ async def _serve_scheduler(_dask, settings: Settings, plan: Plan, host, interfac
 
 async def _serve_worker(_dask, settings: Settings, plan: Plan, host, interface,
                         timeout: float) -> int:
-    from ._remote import set_location
+    from .._remote.calls import set_location
 
     identity = plan.identity
     info = await find_scheduler(_dask, plan.exchange, timeout, may_be_late=True)

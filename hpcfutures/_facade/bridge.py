@@ -28,13 +28,13 @@ import threading
 import uuid
 from typing import Any, Callable
 
-from ._capacity import WorkerMemory, ask_worker_memory
-from ._errors import BrokenHPCExecutor
-from ._loop import LoopThread
-from ._bundles import Bundler
-from ._durations import Durations
-from ._remote import pick, restore_traceback, run_chunk_task, run_task
-from ._roster import WorkerRoster
+from .._errors import BrokenHPCExecutor
+from .._remote.calls import pick, restore_traceback, run_chunk_task, run_task
+from .._support.loop import LoopThread
+from .bundles import Bundler
+from .capacity import WorkerMemory, ask_worker_memory
+from .durations import Durations
+from .roster import WorkerRoster
 
 __all__ = ["TaskBridge", "TaskFuture"]
 

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
-from ._errors import NotEnoughRanksError
+from .._errors import NotEnoughRanksError
 
 __all__ = ["Identity", "Role", "assign_role", "assign_serving_role", "minimum_size",
            "SCHEDULER_RANK"]

@@ -24,10 +24,10 @@ import collections
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._remote import BundleOutcome, restore_traceback, run_bundle
+from .._remote.calls import BundleOutcome, restore_traceback, run_bundle
 
 if TYPE_CHECKING:
-    from ._bridge import TaskBridge, TaskFuture
+    from .bridge import TaskBridge, TaskFuture
 
 __all__ = ["Bundler", "TARGET_SECONDS"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import resource
 
-from ._errors import TaskMemoryError
+from .._errors import TaskMemoryError
 
 __all__ = ["enforce", "explain", "limit_in_force"]
 

@@ -1,0 +1,1 @@
+"""What runs on a worker around the user's function: calls, tracebacks, memory limit."""

@@ -1,0 +1,1 @@
+"""What the user is told about a run: the end-of-run summary and the dashboard line."""

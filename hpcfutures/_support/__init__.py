@@ -1,0 +1,1 @@
+"""What every layer uses: settings, the event-loop seam, logging, TLS credentials."""
