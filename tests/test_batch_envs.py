@@ -28,7 +28,7 @@ from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
 
 from hpcfutures import LauncherError, NotEnoughRanksError
 from hpcfutures._launch.roles import Role
-from hpcfutures._launch.session import negotiate
+from hpcfutures._launch.plan import negotiate
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import detect_launcher
 from hpcfutures.launchers._batchenv import IndexSpan, parse_span, safe_id

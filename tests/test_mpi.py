@@ -29,7 +29,7 @@ from conftest import (
 
 from hpcfutures import LauncherError, StartupTimeoutError
 from hpcfutures._launch.roles import Role
-from hpcfutures._launch.session import negotiate
+from hpcfutures._launch.plan import negotiate
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo, _mpi, detect_launcher, mpi
 from hpcfutures.launchers.mpi import BroadcastExchange, MPILauncher, declared_size

@@ -4,7 +4,7 @@ import pytest
 
 from hpcfutures import NotEnoughRanksError
 from hpcfutures._launch.roles import Identity, Role, assign_role
-from hpcfutures._launch.session import bind_address, negotiate
+from hpcfutures._launch.plan import bind_address, negotiate
 from hpcfutures._support.config import resolve_settings
 
 

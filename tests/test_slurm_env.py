@@ -13,7 +13,7 @@ import pytest
 from hpcfutures import ConfigurationError, LauncherError, NotEnoughRanksError
 from hpcfutures._errors import LaunchFinished
 from hpcfutures._launch.roles import Role
-from hpcfutures._launch.session import bind_address, negotiate
+from hpcfutures._launch.plan import bind_address, negotiate
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo, _slurm_array, detect_launcher
 from hpcfutures.launchers._slurm_array import ArrayFileExchange

@@ -120,8 +120,8 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _info(as_json: bool) -> int:
+    from .._launch.plan import bind_address, negotiate
     from .._launch.roles import Role
-    from .._launch.session import bind_address, negotiate
     from .._support.config import resolve_settings
 
     settings = resolve_settings()

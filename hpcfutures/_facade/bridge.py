@@ -26,7 +26,8 @@ import itertools
 import logging
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._errors import BrokenHPCExecutor
 from .._remote.calls import pick, restore_traceback, run_chunk_task, run_task

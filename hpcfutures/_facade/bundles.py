@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._remote.calls import BundleOutcome, restore_traceback, run_bundle
 
 if TYPE_CHECKING:
     from .bridge import TaskBridge, TaskFuture
 
-__all__ = ["Bundler", "TARGET_SECONDS"]
+__all__ = ["TARGET_SECONDS", "Bundler"]
 
 #: Seconds of measured work one bundle should carry.
 TARGET_SECONDS = 0.02

@@ -28,11 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import NotServingError, SchedulerFileError, StopTimeoutError
+from .._launch.lookup import PROBE_TIMEOUT
+from .._launch.plan import Plan
 from .._launch.roles import Identity, Role
-from .._launch.session import PROBE_TIMEOUT, Plan, Session
+from .._launch.session import Session
+from .._support.backoff import Backoff
 from .._support.config import Settings, resolve_settings
 from ..launchers import AddressExchange, Launcher, SchedulerInfo
-from ..launchers._schedfile import Backoff, read_scheduler_file
+from ..launchers._schedfile import read_scheduler_file
 from .executor import Executor
 
 __all__ = ["ConnectedExecutor", "connect", "stop"]

@@ -9,7 +9,8 @@ measuring again.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Durations"]
 

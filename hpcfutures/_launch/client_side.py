@@ -25,8 +25,10 @@ from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to
 from .._support.loop import LoopThread
 from ..launchers import SchedulerInfo
 from ..launchers.embedded import available_cores
+from .lookup import PROBE_TIMEOUT, find_scheduler
+from .plan import Plan, bind_address
 from .roles import SCHEDULER_RANK, Role
-from .session import PROBE_TIMEOUT, Plan, bind_address, find_scheduler, start_scheduler
+from .scheduler_side import start_scheduler
 
 __all__ = ["ClientSide"]
 

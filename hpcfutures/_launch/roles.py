@@ -13,8 +13,14 @@ from collections.abc import Mapping
 
 from .._errors import NotEnoughRanksError
 
-__all__ = ["Identity", "Role", "assign_role", "assign_serving_role", "minimum_size",
-           "SCHEDULER_RANK"]
+__all__ = [
+    "SCHEDULER_RANK",
+    "Identity",
+    "Role",
+    "assign_role",
+    "assign_serving_role",
+    "minimum_size",
+]
 
 SCHEDULER_RANK = 0
 

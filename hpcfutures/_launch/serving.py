@@ -28,12 +28,14 @@ from collections.abc import Mapping
 from .._errors import ConfigurationError, LaunchFinished
 from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging
-from .._support.loop import run_until_complete
+from .._support.loop import run_until_complete, stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
 from ..launchers._schedfile import SchedulerFileExchange
 from .local_workers import join_options
+from .plan import Plan, choose_launcher
 from .roles import Role, assign_serving_role
-from .session import Plan, _serve_worker, _stop_on_signals, choose_launcher, start_scheduler
+from .scheduler_side import start_scheduler
+from .worker_side import serve_worker
 
 __all__ = ["serve", "serving_plan"]
 
@@ -113,7 +115,7 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
         timeout = plan.launcher.lookup_timeout(plan.identity)
         try:
             status = run_until_complete(
-                _serve_worker(_dask, settings, plan, host, interface, timeout))
+                serve_worker(_dask, settings, plan, host, interface, timeout))
         except LaunchFinished:
             status = 0
         status = 0 if status in _SIGNALLED else status
@@ -147,7 +149,7 @@ async def _scheduler(_dask, settings: Settings, plan: Plan, host, interface,
     service, info = await start_scheduler(_dask, settings, plan, host, interface,
                                           keep_serving=True)
     coordinator = service.coordinator
-    _stop_on_signals(lambda signum: coordinator.end(
+    stop_on_signals(lambda signum: coordinator.end(
         0, f"the scheduler received {signal.Signals(signum).name}"))
     try:
         if local is not None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .._errors import ConfigurationError
 
-__all__ = ["Settings", "resolve_settings", "SETTINGS_DOC"]
+__all__ = ["SETTINGS_DOC", "Settings", "resolve_settings"]
 
 ENV_PREFIX = "HPCFUTURES_"
 

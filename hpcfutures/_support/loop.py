@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import signal
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread", "run_until_complete"]
+__all__ = ["LoopThread", "run_until_complete", "stop_on_signals"]
 
 T = TypeVar("T")
 
@@ -102,3 +104,16 @@ def run_until_complete(coro: Coroutine[Any, Any, T]) -> T:
     finally:
         _cancel_leftover_tasks(loop)
         loop.close()
+
+
+def stop_on_signals(callback: Callable[[int], object]) -> None:
+    """Route SIGTERM/SIGINT to ``callback(signum)`` on the running loop.
+
+    A rank that serves (scheduler or worker) ends through its own event loop, so
+    the signal becomes a call there instead of an exception in whatever the loop
+    was doing.
+    """
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, callback, signum)

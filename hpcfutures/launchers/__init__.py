@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 from .._errors import ConfigurationError
 from .._launch.roles import Identity
-from ._base import AddressExchange, Launcher, SchedulerInfo
+from ._base import Launcher
+from ._exchange import AddressExchange, SchedulerInfo
 
 __all__ = [
     "AddressExchange", "Identity", "Launcher", "SchedulerInfo", "detect_launcher", "get_launcher",

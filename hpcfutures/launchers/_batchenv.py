@@ -27,8 +27,8 @@ from .._errors import LauncherError
 
 __all__ = [
     "ARRAY_INDICES_VAR",
-    "IndexSpan",
     "SIZE_VAR",
+    "IndexSpan",
     "int_var",
     "mpi_disagreement",
     "mpi_launched",

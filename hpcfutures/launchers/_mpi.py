@@ -29,7 +29,7 @@ import time
 from typing import Any, NoReturn
 
 from .._errors import LauncherError
-from ._schedfile import Backoff
+from .._support.backoff import Backoff
 
 __all__ = ["Broadcast", "DeadlinePassed", "abort", "exit_process", "finalize_together",
            "is_active", "world", "world_facts"]

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from .._errors import ConfigurationError, LaunchFinished, SchedulerFileError, StartupTimeoutError
-from ._base import AddressExchange, SchedulerInfo
+from .._support.backoff import Backoff
+from ._exchange import AddressExchange, SchedulerInfo
 
-__all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file", "Backoff"]
+__all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -29,15 +30,6 @@ DEFAULT_TEMPLATE = "~/.hpcfutures/scheduler-{launch_id}.json"
 TOMBSTONE_LIFETIME = 24 * 3600.0
 
 
-class Backoff:
-    """Capped exponential back-off for the few waits that must poll."""
-
-    def __init__(self, first: float = 0.005, cap: float = 0.1) -> None:
-        self.delay, self.cap = first, cap
-
-    def sleep(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self.delay, deadline - time.monotonic())))
-        self.delay = min(self.delay * 2, self.cap)
 
 
 def default_scheduler_file(template: str | None, fields: dict[str, str]) -> Path:

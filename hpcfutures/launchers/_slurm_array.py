@@ -30,7 +30,7 @@ import subprocess
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from ._base import SchedulerInfo
+from ._exchange import SchedulerInfo
 from ._schedfile import SchedulerFileExchange
 from ._slurm_env import int_var
 

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 
 from .._errors import LauncherError
 from .._launch.roles import Identity
-from ._base import AddressExchange, Launcher
+from ._base import Launcher
+from ._exchange import AddressExchange
 
-__all__ = ["LocalLauncher", "RANK_VAR", "SIZE_VAR", "LAUNCH_ID_VAR", "launch_id_of"]
+__all__ = ["LAUNCH_ID_VAR", "RANK_VAR", "SIZE_VAR", "LocalLauncher", "launch_id_of"]
 
 RANK_VAR = "HPCFUTURES_RANK"
 SIZE_VAR = "HPCFUTURES_SIZE"

@@ -36,9 +36,10 @@ from collections.abc import Mapping, MutableMapping
 
 from .._errors import LauncherError, StartupTimeoutError
 from .._launch.roles import SCHEDULER_RANK, Identity
+from .._support.backoff import Backoff
 from . import _mpi
-from ._base import AddressExchange, Launcher, SchedulerInfo
-from ._schedfile import Backoff
+from ._base import Launcher
+from ._exchange import AddressExchange, SchedulerInfo
 
 __all__ = ["BroadcastExchange", "MPILauncher", "declared_size", "mpi_rank_variable"]
 

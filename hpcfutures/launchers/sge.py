@@ -33,8 +33,8 @@ from collections.abc import Mapping
 
 from .._errors import LauncherError
 from .._launch.roles import Identity
-from ._base import AddressExchange, SchedulerInfo
 from ._batchenv import int_var, parse_span, run_command
+from ._exchange import AddressExchange, SchedulerInfo
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
 from ._slurm_array import CLOCK_SLACK, ArrayFileExchange
 

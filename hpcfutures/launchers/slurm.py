@@ -28,7 +28,8 @@ from typing import Any
 
 from .._errors import LauncherError, NotEnoughRanksError
 from .._launch.roles import Identity, minimum_size
-from ._base import AddressExchange, Launcher
+from ._base import Launcher
+from ._exchange import AddressExchange
 from ._slurm_array import ArrayFileExchange, array_position, cancel_pending
 from ._slurm_env import (
     Mode,
