@@ -10,6 +10,19 @@ and only the client gets past ``__enter__``.
 
 A launch started with ``hpcfutures serve`` has no client of its own: connect
 to it from outside with :func:`connect`, and end it with :func:`stop`.
+
+Map of the package (docs/architecture.rst draws it whole)::
+
+    _facade/    the executor the user calls: submit/map -> batching -> bridge -> Future
+    _launch/    a process's role in a launch: decided (plan, roles) and played
+                (client_side, scheduler_side, worker_side, serving)
+    launchers/  plug-ins: who am I (rank, size), where is the scheduler (file, MPI)
+    _dask/      the one door to distributed's internals: scheduler, worker, client
+    _remote/    around the user's function on a worker: calls, tracebacks, memory
+    _support/   config, the sync/async seam, logs, back-off, TLS credentials
+    _reports/   the end-of-run summary and the dashboard line
+    _cli/       the hpcfutures command (run.py: `hpcfutures run`)
+    _errors.py  every error, under HPCFuturesError
 """
 
 from ._errors import (
