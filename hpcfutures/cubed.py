@@ -219,7 +219,7 @@ def _futures_maker(executor: cf.Executor, retries: int):
     def create_futures(inputs: Iterable[Any], *, func: Any, config: Any,
                        name: str | None = None,
                        compute_id: str | None = None) -> list[tuple[Any, asyncio.Future]]:
-        made = []
+        made: list[tuple[Any, asyncio.Future]] = []
         for item in inputs:
             task = asyncio.ensure_future(
                 _with_retries(executor, func, item, config, retries, name))

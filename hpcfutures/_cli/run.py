@@ -163,14 +163,14 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
                     process.kill()
         next_deadline = kill_at or grace_ends
         changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
-    codes = [process.returncode for process in processes]
-    status = _launch_status(codes, client)
+    exit_codes = [process.wait() for process in processes]  # all have ended: no wait
+    status = _launch_status(exit_codes, client)
     # A failure the user caused (Ctrl-C, scancel) or that we caused (ending
     # stragglers) needs no pointer; the first copy that failed on its own does.
     order = list(exits)
     order += [rank for rank in range(len(processes)) if rank not in order]  # reaped by poll()
     first = None if signalled or status == 0 else next(
-        (rank for rank in order if codes[rank] != 0 and rank not in ended_by_us), None)
+        (rank for rank in order if exit_codes[rank] != 0 and rank not in ended_by_us), None)
     return status, first
 
 

@@ -114,8 +114,9 @@ class ClientSide:
                 self.info = info
                 plan.exchange.publish(info)
         else:
-            info = self._run(find_scheduler(_dask, plan.exchange, timeout),
-                             timeout + PROBE_TIMEOUT + 1, plan.exchange.description)
+            exchange = plan.peers_exchange
+            info = self._run(find_scheduler(_dask, exchange, timeout),
+                             timeout + PROBE_TIMEOUT + 1, exchange.description)
         self.credentials = dict(info.security)
         return info.address
 

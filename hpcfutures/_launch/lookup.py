@@ -35,10 +35,10 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    stale = None
+    stale: SchedulerInfo | None = None
     silent = 0
     while True:
-        if (may_be_late and silent >= DEAD_AFTER_SILENT_PROBES
+        if (stale is not None and may_be_late and silent >= DEAD_AFTER_SILENT_PROBES
                 and exchange.silence_means_finished):
             # A rank that starts after the end under MPI: the one answer it can
             # get names a scheduler that has finished (see _join_while_launch_lasts).
@@ -46,8 +46,9 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
                                  "the launch is over")
         remaining = deadline - loop.time()
         if remaining <= 0:
+            where = "looked up" if stale is None else f"published at {stale.address}"
             raise StartupTimeoutError(
-                f"the scheduler published at {stale.address} ({exchange.description}) never "
+                f"the scheduler {where} ({exchange.description}) never "
                 f"answered within {timeout:g} s; it may have died: check the scheduler "
                 "rank's output"
             )

@@ -27,6 +27,14 @@ class Plan:
     role: Role
     exchange: AddressExchange | None
 
+    @property
+    def peers_exchange(self) -> AddressExchange:
+        """The exchange of a launch with other processes (every role but STANDALONE)."""
+        if self.exchange is None:
+            raise RuntimeError(f"rank {self.identity.rank} ({self.role.value}) has no address "
+                               "exchange: it is a launch of one process")
+        return self.exchange
+
 
 def choose_launcher(settings: Settings, environ: Mapping[str, str]) -> tuple[Launcher, str]:
     """The launcher plug-in asked for, else the detected one; and why."""

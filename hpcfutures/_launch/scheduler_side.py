@@ -50,10 +50,10 @@ async def serve_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, hos
     stop_on_signals(lambda signum: service.coordinator.end(
         128 + signum, f"the scheduler received {signal.Signals(signum).name}"))
     try:
-        plan.exchange.publish(info)
-        logger.info("scheduler at %s (%s)", service.address, plan.exchange.description)
+        plan.peers_exchange.publish(info)
+        logger.info("scheduler at %s (%s)", service.address, plan.peers_exchange.description)
         return await service.serve(client_timeout=timeout)
     finally:
         await service.close()
-        plan.exchange.finish(info)
+        plan.peers_exchange.finish(info)
 

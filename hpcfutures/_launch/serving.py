@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from .._errors import ConfigurationError, LaunchFinished
 from .._support.config import Settings
@@ -155,20 +156,23 @@ async def _scheduler(_dask, settings: Settings, plan: Plan, host, interface,
         if local is not None:
             local.connect(join_options(settings, plan.identity, info.address, host, interface,
                                        dict(info.security)))
-        plan.exchange.publish(info)
+        plan.peers_exchange.publish(info)
         _say(f"serving at {info.address}; clients connect with "
-             f"hpcfutures.connect({str(_public_path(plan.exchange))!r}); stop with "
-             f"'hpcfutures stop {_public_path(plan.exchange)}'")
+             f"hpcfutures.connect({str(_public_path(plan.peers_exchange))!r}); stop with "
+             f"'hpcfutures stop {_public_path(plan.peers_exchange)}'")
         status = await service.serve(settings.timeout, idle_timeout=idle_timeout)
         _say(f"stopping: {coordinator.reason}")
         return status
     finally:
         await service.close()
-        plan.exchange.finish(info)
+        plan.peers_exchange.finish(info)
 
 
-def _public_path(exchange: AddressExchange):
-    return exchange.public.path if isinstance(exchange, _AlsoToFile) else exchange.path
+def _public_path(exchange: AddressExchange) -> Path:
+    """The scheduler file that clients from outside read."""
+    public = exchange.public if isinstance(exchange, _AlsoToFile) else exchange
+    assert isinstance(public, SchedulerFileExchange)  # serving_plan() made it so
+    return public.path
 
 
 def _say(message: str) -> None:

@@ -29,7 +29,7 @@ async def serve_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, 
     from .._remote.calls import set_location
 
     identity = plan.identity
-    info = await find_scheduler(_dask, plan.exchange, timeout, may_be_late=True)
+    info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True)
     if identity.gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
@@ -50,7 +50,7 @@ async def serve_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, 
     async def answers() -> bool:
         return await _dask.probe(info.address, LAUNCH_OVER_POLL * 4, security)
 
-    if not await _join_while_launch_lasts(service, plan.exchange, info, stop, answers):
+    if not await _join_while_launch_lasts(service, plan.peers_exchange, info, stop, answers):
         return 0
     status = await service.serve(stop)
     if status is None:

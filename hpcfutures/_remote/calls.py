@@ -85,7 +85,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         raise _annotate(exc) from None
 
 
-def _unpicklable(what: str, err: Exception) -> TypeError:
+def _unpicklable(what: str, err: Exception) -> BaseException:
     return _annotate(TypeError(
         f"{what} could not be pickled to send it back to the client: "
         f"{type(err).__name__}: {err}. Return plain data (numbers, strings, "
