@@ -11,7 +11,7 @@ from .._support.loop import stop_on_signals
 from ..launchers import SchedulerInfo
 from .plan import Plan
 
-__all__ = ["launch_credentials", "serve_scheduler", "start_scheduler"]
+__all__ = ["launch_credentials", "play_scheduler", "start_scheduler"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -44,7 +44,7 @@ async def start_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, hos
     return service, info
 
 
-async def serve_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
+async def play_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
                            timeout: float) -> int:
     service, info = await start_scheduler(_dask, settings, plan, host, interface)
     stop_on_signals(lambda signum: service.coordinator.end(

@@ -36,7 +36,7 @@ from .local_workers import join_options
 from .plan import Plan, choose_launcher
 from .roles import Role, assign_serving_role
 from .scheduler_side import start_scheduler
-from .worker_side import serve_worker
+from .worker_side import play_worker
 
 __all__ = ["serve", "serving_plan"]
 
@@ -116,18 +116,18 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
         timeout = plan.launcher.lookup_timeout(plan.identity)
         try:
             status = run_until_complete(
-                serve_worker(_dask, settings, plan, host, interface, timeout))
+                play_worker(_dask, settings, plan, host, interface, timeout))
         except LaunchFinished:
             status = 0
         status = 0 if status in _SIGNALLED else status
     else:
         plan.launcher.before_scheduler(plan.identity)
-        status = _serve_scheduler(_dask, settings, plan, host, interface, idle_timeout)
+        status = _serving_scheduler_rank(_dask, settings, plan, host, interface, idle_timeout)
     plan.launcher.before_exit(plan.identity, status)
     return status
 
 
-def _serve_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
+def _serving_scheduler_rank(_dask, settings: Settings, plan: Plan, host, interface,
                      idle_timeout: float | None) -> int:
     local = None
     if plan.role is Role.STANDALONE:
@@ -138,14 +138,14 @@ def _serve_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
         local = LocalWorkers(count).spawn()  # their start-up overlaps the scheduler's
     try:
         return run_until_complete(
-            _scheduler(_dask, settings, plan, host, interface, idle_timeout, local))
+            _serving_scheduler(_dask, settings, plan, host, interface, idle_timeout, local))
     finally:
         if local is not None:
             local.connect_abandoned()
             local.stop()
 
 
-async def _scheduler(_dask, settings: Settings, plan: Plan, host, interface,
+async def _serving_scheduler(_dask, settings: Settings, plan: Plan, host, interface,
                      idle_timeout: float | None, local) -> int:
     service, info = await start_scheduler(_dask, settings, plan, host, interface,
                                           keep_serving=True)

@@ -28,8 +28,8 @@ from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete
 from .plan import Plan, bind_address, negotiate
 from .roles import Role
-from .scheduler_side import serve_scheduler
-from .worker_side import serve_worker
+from .scheduler_side import play_scheduler
+from .worker_side import play_worker
 
 __all__ = ["Session"]
 
@@ -79,10 +79,10 @@ class Session:
         timeout = plan.launcher.lookup_timeout(plan.identity)
         if plan.role is Role.SCHEDULER:
             plan.launcher.before_scheduler(plan.identity)
-            coro = serve_scheduler(_dask, self.settings, plan, host, interface, timeout)
+            coro = play_scheduler(_dask, self.settings, plan, host, interface, timeout)
         else:
             plan.launcher.before_worker(plan.identity)
-            coro = serve_worker(_dask, self.settings, plan, host, interface, timeout)
+            coro = play_worker(_dask, self.settings, plan, host, interface, timeout)
         try:
             return run_until_complete(coro)
         except LaunchFinished as done:

@@ -15,7 +15,7 @@ from ..launchers import AddressExchange, SchedulerInfo
 from .lookup import DEAD_AFTER_SILENT_PROBES, find_scheduler
 from .plan import Plan
 
-__all__ = ["serve_worker"]
+__all__ = ["play_worker"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -24,7 +24,7 @@ logger = logging.getLogger("hpcfutures")
 LAUNCH_OVER_POLL = 0.25
 
 
-async def serve_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
+async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
                         timeout: float) -> int:
     from .._remote.calls import set_location
 
