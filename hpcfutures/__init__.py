@@ -12,6 +12,8 @@ A launch started with ``hpcfutures serve`` has no client of its own: connect
 to it from outside with :func:`connect`, and end it with :func:`stop`.
 """
 
+from importlib import metadata as _metadata
+
 from ._errors import (
     BrokenHPCExecutor,
     ConfigurationError,
@@ -30,7 +32,10 @@ from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("hpcfutures")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a checkout that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AddressExchange",
