@@ -163,6 +163,6 @@ def test_launcher_paths_that_cannot_be_used_are_configuration_errors():
     assert get_launcher("hpcfutures.launchers.local:LocalLauncher") is LocalLauncher
     for spec, why in (("no_such_module_xyz:Launcher", "cannot be loaded"),
                       ("hpcfutures.launchers.local:NoSuchClass", "cannot be loaded"),
-                      ("hpcfutures.launchers.local:read_int", "not a subclass")):
+                      ("hpcfutures.launchers.local:launch_id_of", "not a subclass")):
         with pytest.raises(ConfigurationError, match=why):
             get_launcher(spec)
