@@ -67,7 +67,7 @@ class LSFLauncher(JobArrayLauncher):
 
     def array_position(self) -> tuple[ArrayPosition, tuple[str, ...]]:
         env = self.environ
-        index = int_var(env, "LSB_JOBINDEX", SYSTEM)
+        index = int_var(env, "LSB_JOBINDEX", SYSTEM, required=True)
         span, source = self._span()
         rank = span.rank(index)
         return (ArrayPosition(self.job_id(env), index, rank, span.size),
