@@ -25,6 +25,8 @@ Map of the package (docs/architecture.rst draws it whole)::
     _errors.py  every error, under HPCFuturesError
 """
 
+from importlib import metadata as _metadata
+
 from ._errors import (
     BrokenHPCExecutor,
     ConfigurationError,
@@ -43,7 +45,10 @@ from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("hpcfutures")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a checkout that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AddressExchange",

@@ -42,11 +42,12 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
 
-    from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
+    from hpcfutures._support.options import OPTIONS
 
     reference = (tmp_path / "html" / "configuration.html").read_text()
-    for option in _OPTIONS:  # the generated table is there and complete
-        assert f"{ENV_PREFIX}{option.name.upper()}" in reference, option.name
+    for option in OPTIONS:  # the generated table is there and complete
+        assert option.env_name in reference, option.name
+        assert option.config_key in reference, option.name
 
 
 # ------------------------------------------------------------------ snippets
@@ -64,7 +65,8 @@ def code_blocks(language: str):
                     break
                 body.append(following)
             text = textwrap.dedent("\n".join(body))
-            text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith(":"))
+            text = "\n".join(row for row in text.splitlines()
+                             if not row.lstrip().startswith(":"))
             yield page.name, number + 1, textwrap.dedent(text).strip("\n")
 
 
@@ -126,7 +128,8 @@ CLI_COMMANDS = list(_cli_commands())
 
 
 @pytest.mark.parametrize("page, line, words", CLI_COMMANDS,
-                         ids=[f"{page}:{line}:{' '.join(w)[:30]}" for page, line, w in CLI_COMMANDS])
+                         ids=[f"{page}:{line}:{' '.join(w)[:30]}"
+                              for page, line, w in CLI_COMMANDS])
 def test_cli_snippet_parses(page, line, words):
     from hpcfutures._cli import _parser
 
@@ -137,9 +140,9 @@ def test_cli_snippet_parses(page, line, words):
 
 
 def test_every_documented_variable_exists():
-    from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
+    from hpcfutures._support.options import OPTIONS
 
-    real = {ENV_PREFIX + option.name.upper() for option in _OPTIONS}
+    real = {option.env_name for option in OPTIONS}
     for source in (ROOT / "hpcfutures").rglob("*.py"):
         real |= set(re.findall(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b", source.read_text()))
     for page in PAGES:

@@ -68,7 +68,7 @@ def run_toy_job(size: int, tmp_path, timeout: float = 90) -> list[tuple[int, str
             process.wait()
         pytest.fail(f"toy job still running after {timeout} s:\n{_report(processes, logs)}")
     results = [(p.returncode, out.read_text(), err.read_text())
-               for p, (out, err) in zip(processes, logs)]
+               for p, (out, err) in zip(processes, logs, strict=True)]
     print(_report(processes, logs))  # shown by pytest if the test fails
     assert_no_leftovers(marker)
     return results
@@ -76,7 +76,7 @@ def run_toy_job(size: int, tmp_path, timeout: float = 90) -> list[tuple[int, str
 
 def _report(processes, logs) -> str:
     return "\n".join(f"--- task {rank}: status {p.returncode}\n{out.read_text()}{err.read_text()}"
-                     for rank, (p, (out, err)) in enumerate(zip(processes, logs)))
+                     for rank, (p, (out, err)) in enumerate(zip(processes, logs, strict=True)))
 
 
 @pytest.mark.timeout(120)
@@ -163,6 +163,6 @@ def test_launcher_paths_that_cannot_be_used_are_configuration_errors():
     assert get_launcher("hpcfutures.launchers.local:LocalLauncher") is LocalLauncher
     for spec, why in (("no_such_module_xyz:Launcher", "cannot be loaded"),
                       ("hpcfutures.launchers.local:NoSuchClass", "cannot be loaded"),
-                      ("hpcfutures.launchers.local:read_int", "not a subclass")):
+                      ("hpcfutures.launchers.local:launch_id_of", "not a subclass")):
         with pytest.raises(ConfigurationError, match=why):
             get_launcher(spec)

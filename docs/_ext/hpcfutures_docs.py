@@ -1,7 +1,7 @@
 """Sphinx extension: the configuration reference, generated from the code.
 
-``.. hpcfutures-options::`` renders one row per option of
-``hpcfutures._support.config._OPTIONS`` (keyword, ``HPCFUTURES_*`` variable, Dask
+``.. hpcfutures-options::`` renders one row per option declared in
+``hpcfutures._support.options.OPTIONS`` (keyword, ``HPCFUTURES_*`` variable, Dask
 config key, accepted values, default, meaning), so the table cannot drift
 from what :func:`hpcfutures._support.config.resolve_settings` reads.
 
@@ -33,11 +33,6 @@ OTHER_VARIABLES = {
         "objects, which reach you as the future's exception anyway; ``INFO`` or ``DEBUG`` "
         "shows everything.",
     ),
-    "HPCFUTURES_LOG_DIR": (
-        "unset",
-        "A directory: every rank of a multi-process launch also writes its log (INFO and "
-        "up, Dask's included) to ``<dir>/<launch id>/rank-<rank>-<role>.log``.",
-    ),
     "HPCFUTURES_RANK": (
         "set by ``hpcfutures run``",
         "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "
@@ -61,21 +56,7 @@ OTHER_VARIABLES = {
     ),
 }
 
-#: How the value of an option is read, by the name of its converter.
-VALUE_FORMATS = {
-    "_to_bool": "boolean: ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``",
-    "_to_positive_float": "number of seconds, > 0",
-    "_to_positive_int": "integer, > 0",
-    "_to_optional_str": "text",
-    "_to_memory": "bytes, or a size such as ``4GiB``",
-    "_to_progress": "boolean, or ``auto`` (same as true) or ``always``",
-}
-
 PACKAGE = Path(__file__).resolve().parents[2] / "hpcfutures"
-
-
-def _literal(value: object) -> str:
-    return "*unset* (see meaning)" if value is None else f"``{value!r}``"
 
 
 def _list_table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
@@ -100,26 +81,14 @@ class _TableDirective(SphinxDirective):
 
 
 class OptionsTable(_TableDirective):
-    """Every option of ``Executor(...)``, straight from ``hpcfutures._support.config``."""
+    """Every option of ``Executor(...)``, straight from ``hpcfutures._support.options``."""
 
     def lines(self) -> list[str]:
-        from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
+        from hpcfutures._support.options import OPTIONS
 
-        rows = []
-        for option in _OPTIONS:
-            converter = getattr(option.convert, "__name__", repr(option.convert))
-            if converter not in VALUE_FORMATS:
-                logger.warning("hpcfutures-options: option %r uses converter %s, which "
-                               "docs/_ext/hpcfutures_docs.py (VALUE_FORMATS) does not describe",
-                               option.name, converter)
-            rows.append([
-                f"``{option.name}``",
-                f"``{ENV_PREFIX}{option.name.upper()}``",
-                f"``hpcfutures.{option.name}``",
-                VALUE_FORMATS.get(converter, "see meaning"),
-                _literal(option.default),
-                option.doc,
-            ])
+        rows = [[f"``{option.name}``", f"``{option.env_name}``", f"``{option.config_key}``",
+                 option.kind.describe, option.shown_default, option.doc]
+                for option in OPTIONS]
         header = ["Keyword", "Environment variable", "Dask config", "Value", "Default", "Meaning"]
         return _list_table(header, rows, "14 20 18 16 10 30")
 
@@ -155,9 +124,9 @@ class LaunchersTable(_TableDirective):
 
 def check_every_variable_is_documented(app) -> None:
     """Warn about an HPCFUTURES_* name in the package that no table documents."""
-    from hpcfutures._support.config import _OPTIONS, ENV_PREFIX
+    from hpcfutures._support.options import OPTIONS
 
-    documented = {ENV_PREFIX + option.name.upper() for option in _OPTIONS} | set(OTHER_VARIABLES)
+    documented = {option.env_name for option in OPTIONS} | set(OTHER_VARIABLES)
     pattern = re.compile(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b")
     for path in sorted(PACKAGE.rglob("*.py")):
         for name in sorted(set(pattern.findall(path.read_text())) - documented):

@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
                     "HPCFUTURES_RANK, HPCFUTURES_SIZE and HPCFUTURES_LAUNCH_ID.")
     run.add_argument("-n", "--ntasks", type=int, default=4, metavar="N",
                      help="number of copies (default: 4)")
-    run.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+    run.add_argument("--grace", type=_seconds_or_zero, default=10.0, metavar="SECONDS",
                      help="how long other copies may outlive the client before they are "
                           "terminated (default: 10)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND ...")
@@ -75,11 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
-    return value
+def _seconds(text: str, zero_ok: bool = False) -> float:
+    """Seconds, or a duration such as ``90s`` or ``5min``, as the timeout options take."""
+    from .._support.options import to_seconds
+
+    try:
+        return to_seconds(text, zero_ok=zero_ok)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _seconds_or_zero(text: str) -> float:
+    return _seconds(text, zero_ok=True)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -123,6 +130,7 @@ def _info(as_json: bool) -> int:
     from .._launch.plan import bind_address, negotiate
     from .._launch.roles import Role
     from .._support.config import resolve_settings
+    from .._support.options import OPTIONS
 
     settings = resolve_settings()
     report: dict = {}
@@ -151,8 +159,9 @@ def _info(as_json: bool) -> int:
             report["local_workers"] = (settings.max_workers or identity.local_workers
                                        or available_cores())
     report["settings"] = {
-        name: {"value": getattr(settings, name), "source": source}
-        for name, source in settings.sources.items()
+        option.name: {"value": getattr(settings, option.name),
+                      "source": settings.sources[option.name]}
+        for option in OPTIONS
     }
     if as_json:
         print(json.dumps(report, indent=2, default=str))

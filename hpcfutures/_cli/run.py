@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from .._launch.roles import client_rank, minimum_size
-from .._support.config import _to_bool
+from .._support.config import resolve_option
 from .._support.logs import where_to_read
 from ..launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
 
@@ -42,7 +42,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 def _client_rank(size: int, environ: Mapping[str, str]) -> int:
-    colocated = _to_bool(environ.get("HPCFUTURES_SCHEDULER_IN_CLIENT", "0") or "0")
+    colocated = resolve_option("scheduler_in_client", environ)
     if size < minimum_size(False):
         colocated = True
     return client_rank(colocated)

@@ -34,6 +34,7 @@ from .._launch.roles import Identity, Role
 from .._launch.session import Session
 from .._support.backoff import Backoff
 from .._support.config import Settings, resolve_settings
+from .._support.options import CONNECT_KEYWORDS, given, to_seconds
 from ..launchers import AddressExchange, Launcher, SchedulerInfo
 from ..launchers._schedfile import read_scheduler_file
 from .executor import Executor
@@ -193,13 +194,22 @@ class ConnectedExecutor(Executor):
     path it connected through.
     """
 
-    def __init__(self, scheduler_file: str | os.PathLike, *, timeout: float | None = None,
-                 wait: float = 0.0) -> None:
-        if wait < 0:
-            raise ValueError("wait must be >= 0")
+    def __init__(
+        self,
+        scheduler_file: str | os.PathLike,
+        *,
+        # BEGIN generated: connect -- python -m hpcfutures._support.option_sources --write
+        timeout: float | str | None = None,
+        # END generated: connect
+        wait: float | str = 0.0,
+    ) -> None:
+        options = given(locals(), CONNECT_KEYWORDS)
+        try:
+            self._wait = to_seconds(wait, zero_ok=True)
+        except ValueError as err:
+            raise ValueError(f"wait: {err}") from None
         self.scheduler_file = _expand(scheduler_file)
-        self._wait = float(wait)
-        super().__init__(timeout=timeout)
+        super().__init__(**options)
 
     def _new_session(self, settings: Any) -> Session:
         return _ConnectedSession(settings, self.scheduler_file, self._wait)
@@ -221,27 +231,42 @@ class ConnectedExecutor(Executor):
             _stop_launch(self.scheduler_file, info, self._session.settings.timeout)
 
 
-def connect(scheduler_file: str | os.PathLike, *, timeout: float | None = None,
-            wait: float = 0.0) -> ConnectedExecutor:
+def connect(
+    scheduler_file: str | os.PathLike,
+    *,
+    # BEGIN generated: connect -- python -m hpcfutures._support.option_sources --write
+    timeout: float | str | None = None,
+    # END generated: connect
+    wait: float | str = 0.0,
+) -> ConnectedExecutor:
     """Connect to a serving launch from outside it: a notebook, the login node.
 
     Args:
         scheduler_file: The file given to ``hpcfutures serve --scheduler-file``.
             Only its owner can read it; it carries the launch's credentials.
-        timeout: Seconds connecting may take (default: ``HPCFUTURES_TIMEOUT`` or 60).
-        wait: Seconds to wait for the file to appear or to become usable
-            (a job still queued or starting); default 0: fail at once.
+        timeout: How long any start-up wait may take before a StartupTimeoutError. Seconds, or a
+            duration such as ``"90s"``, ``"5min"`` or ``"1h"``. Default: ``60``. Environment:
+            ``HPCFUTURES_TIMEOUT``.
+        wait: How long to wait for the file to appear or to become usable (a
+            job still queued or starting), in seconds or as a duration such as
+            ``"10min"``; default 0: fail at once.
 
     Raises:
         NotServingError: no file, a stopped launch, nobody answering at the
             published address, or a launch that does not serve outside clients.
         SchedulerFileError: the file is not yours, or others could read it.
     """
-    return ConnectedExecutor(scheduler_file, timeout=timeout, wait=wait)
+    return ConnectedExecutor(scheduler_file, wait=wait, **given(locals(), CONNECT_KEYWORDS))
 
 
 # ------------------------------------------------------------ stopping
-def stop(scheduler_file: str | os.PathLike, *, timeout: float | None = None) -> None:
+def stop(
+    scheduler_file: str | os.PathLike,
+    *,
+    # BEGIN generated: connect -- python -m hpcfutures._support.option_sources --write
+    timeout: float | str | None = None,
+    # END generated: connect
+) -> None:
     """Stop the serving launch behind ``scheduler_file``; return once it has stopped.
 
     Every rank exits 0, so ``srun`` (and the job) end normally.  Clients still
@@ -251,8 +276,8 @@ def stop(scheduler_file: str | os.PathLike, *, timeout: float | None = None) -> 
         NotServingError: nothing serves there (see :func:`connect`).
         StopTimeoutError: the launch did not confirm within ``timeout`` s.
     """
+    settings = resolve_settings(given(locals(), CONNECT_KEYWORDS))
     path = _expand(scheduler_file)
-    settings = resolve_settings({"timeout": timeout})
     info = serving_info(path)
     if info.is_dead_locally():
         raise stale_error(path, info, f"the scheduler process {info.pid} is gone")

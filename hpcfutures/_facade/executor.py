@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from .._launch.session import Session
 from .._support.config import resolve_settings
+from .._support.options import given
 from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
 from .mapping import MapRun
@@ -43,63 +44,80 @@ class Executor(cf.Executor):
     """Run callables on the workers of an HPC launch, or on local processes.
 
     Args:
-        max_workers: Worker processes on the laptop default (default: one per
-            core).  Under a launcher the number of workers is the number of
-            ranks minus the scheduler and the client.
-        launcher: Force a launcher plug-in: a built-in name such as ``"local"``,
-            ``"slurm"``, ``"mpi"`` or ``"embedded"``, or ``"package.module:Class"``
-            for your own; default: detect from the environment.
-        timeout: Seconds every start-up wait may take (default 60).
-        array_timeout: Seconds job-array elements wait for each other, since
-            the queue may start them hours apart (default 3600).
-        scheduler_file: Where the scheduler's address is exchanged; may use
-            ``{launch_id}``, ``{job_id}`` and ``{user}`` (under Slurm also
-            ``{step_id}`` and ``{cluster}``).
-        host, interface: What the scheduler and workers bind to (default:
-            loopback when the whole launch is on one host).
-        threads_per_worker: Threads per Dask worker (default 1, or the
-            launcher's CPUs per task).
-        memory_limit: Memory limit per worker, e.g. ``"4GiB"``.
-        scheduler_in_client: Run the scheduler inside the client process.
-        security: TLS with per-launch credentials (default).  ``False`` means
-            plain TCP: anyone who can reach the scheduler's port can run code
-            as you.  Only for trusted, single-user networks.
-        exit_when_done: On non-client ranks, exit the process when the client
-            is done (default); if false, return and let ``__enter__`` give None.
-        progress: Default progress bar of :meth:`map` (needs tqdm): ``False``
-            (default), ``True`` (``"auto"``: only when stderr is a terminal,
-            so batch logs stay clean) or ``"always"`` (also into a file).
-        dashboard: Serve Dask's dashboard from the scheduler (needs bokeh);
-            the client prints its address and an ``ssh -L`` command.
-        dashboard_address: Where the dashboard listens on the scheduler's
-            host (default ``"127.0.0.1:8787"``: loopback, through a tunnel).
-        summary: When the client leaves the ``with`` block, print the calls
-            run and failed, the calls re-run after a lost worker, each
-            worker's busy time and the wall time.
+        max_workers: Worker processes of the laptop default. Under a launcher the workers are
+            the ranks left after the scheduler and the client. Default: one per core.
+            Environment: ``HPCFUTURES_MAX_WORKERS``.
+        launcher: Force a launcher plug-in: a built-in name such as ``local``, ``slurm``,
+            ``mpi`` or ``embedded`` (``hpcfutures info`` and the docs list them all), or
+            ``package.module:ClassName`` for your own. Default: detected from the environment.
+            Environment: ``HPCFUTURES_LAUNCHER``.
+        timeout: How long any start-up wait may take before a StartupTimeoutError. Seconds, or a
+            duration such as ``"90s"``, ``"5min"`` or ``"1h"``. Default: ``60``. Environment:
+            ``HPCFUTURES_TIMEOUT``.
+        array_timeout: How long job-array elements wait for each other, since the queue may
+            start them hours apart. Seconds, or a duration such as ``"90s"``, ``"5min"`` or
+            ``"1h"``. Default: ``3600``. Environment: ``HPCFUTURES_ARRAY_TIMEOUT``.
+        scheduler_file: Where the scheduler's address is exchanged: a path that may use
+            ``{launch_id}``, ``{job_id}`` and ``{user}`` (under Slurm also ``{step_id}`` and
+            ``{cluster}``). Default: ``~/.hpcfutures/scheduler-{launch_id}.json``. Environment:
+            ``HPCFUTURES_SCHEDULER_FILE``.
+        host: Address the scheduler and workers bind to. Default: loopback when the whole launch
+            is on one host, else Dask's default. Environment: ``HPCFUTURES_HOST``.
+        interface: Network interface to bind to instead of an address, e.g. ``ib0``. Default:
+            none (see ``host``). Environment: ``HPCFUTURES_INTERFACE``.
+        threads_per_worker: Threads in each Dask worker. Default: the launcher's CPUs per task,
+            else 1. Environment: ``HPCFUTURES_THREADS_PER_WORKER``.
+        memory_limit: Memory limit of each worker, checked when the settings are resolved.
+            Bytes, or a size such as ``"4GiB"``; ``"auto"`` or a fraction such as ``0.5`` let
+            Dask size it on the worker's host. Default: the worker's share of the job's memory
+            request, else none. Environment: ``HPCFUTURES_MEMORY_LIMIT``.
+        scheduler_in_client: Run the scheduler inside the client process, so no rank is spent on
+            it. Default: ``False``. Environment: ``HPCFUTURES_SCHEDULER_IN_CLIENT``.
+        security: TLS with per-launch credentials between all processes. False means plain TCP:
+            anyone who can reach the scheduler's port can run code as you (only for trusted,
+            single-user networks). Default: ``True``. Environment: ``HPCFUTURES_SECURITY``.
+        exit_when_done: Non-client ranks exit the process when the client is done; if false,
+            ``Executor()`` returns on them and ``__enter__`` gives ``None``. Default: ``True``.
+            Environment: ``HPCFUTURES_EXIT_WHEN_DONE``.
+        progress: Progress bar of ``Executor.map`` on stderr (needs tqdm): true or ``auto``
+            draws it only when stderr is a terminal, so batch logs stay clean; ``always`` also
+            into a file or pipe. ``map(..., progress=)`` overrides it per call. Default: off.
+            Environment: ``HPCFUTURES_PROGRESS``.
+        dashboard: Serve Dask's dashboard from the scheduler (needs bokeh); the client prints
+            its address and an ``ssh -L`` tunnel command when it starts. Default: ``False``.
+            Environment: ``HPCFUTURES_DASHBOARD``.
+        dashboard_address: Where the dashboard listens, on the scheduler's host: loopback by
+            default, reached through an ssh tunnel. A taken port is replaced by a free one.
+            Default: ``'127.0.0.1:8787'``. Environment: ``HPCFUTURES_DASHBOARD_ADDRESS``.
+        summary: When the client leaves the ``with`` block, print the calls run and failed, the
+            calls re-run after a lost worker, each worker's busy time and the wall time.
+            Default: ``False``. Environment: ``HPCFUTURES_SUMMARY``.
         log_dir: Directory where every rank also writes its own log file,
-            ``<dir>/<launch id>/rank-<rank>-<role>.log`` (also
-            ``HPCFUTURES_LOG_DIR``); default: only the tagged output.
-        release_idle_after: Seconds after which an idle worker retires and
-            its rank exits 0, handing its CPUs and memory back to the cluster
-            while the launch goes on (useful when each worker is its own
-            job-array element); default: never.
-        min_workers: Workers kept however idle they are (default 1).
+            ``<dir>/<launch_id>/rank-<rank>-<role>.log``. Default: none (only the tagged
+            output). Environment: ``HPCFUTURES_LOG_DIR``.
+        release_idle_after: After this long idle a worker retires and its rank exits 0, handing
+            its CPUs and memory back while the launch goes on (useful when each worker is its
+            own job-array element). Seconds, or a duration such as ``"90s"``, ``"5min"`` or
+            ``"1h"``. Default: never. Environment: ``HPCFUTURES_RELEASE_IDLE_AFTER``.
+        min_workers: Workers kept however idle they are, when ``release_idle_after`` is set.
+            Default: ``1``. Environment: ``HPCFUTURES_MIN_WORKERS``.
     """
 
     _launcher_name: ClassVar[str | None] = None
 
     def __init__(
         self,
+        # BEGIN generated: executor -- python -m hpcfutures._support.option_sources --write
         max_workers: int | None = None,
         *,
         launcher: str | None = None,
-        timeout: float | None = None,
-        array_timeout: float | None = None,
+        timeout: float | str | None = None,
+        array_timeout: float | str | None = None,
         scheduler_file: str | None = None,
         host: str | None = None,
         interface: str | None = None,
         threads_per_worker: int | None = None,
-        memory_limit: str | int | None = None,
+        memory_limit: int | float | str | None = None,
         scheduler_in_client: bool | None = None,
         security: bool | None = None,
         exit_when_done: bool | None = None,
@@ -108,32 +126,14 @@ class Executor(cf.Executor):
         dashboard_address: str | None = None,
         summary: bool | None = None,
         log_dir: str | None = None,
-        release_idle_after: float | None = None,
+        release_idle_after: float | str | None = None,
         min_workers: int | None = None,
+        # END generated: executor
     ) -> None:
+        explicit = given(locals())
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
-        settings = resolve_settings({
-            "launcher": launcher or self._launcher_name,
-            "max_workers": max_workers,
-            "timeout": timeout,
-            "array_timeout": array_timeout,
-            "scheduler_file": scheduler_file,
-            "host": host,
-            "interface": interface,
-            "threads_per_worker": threads_per_worker,
-            "memory_limit": memory_limit,
-            "scheduler_in_client": scheduler_in_client,
-            "security": security,
-            "exit_when_done": exit_when_done,
-            "progress": progress,
-            "dashboard": dashboard,
-            "dashboard_address": dashboard_address,
-            "summary": summary,
-            "log_dir": log_dir,
-            "release_idle_after": release_idle_after,
-            "min_workers": min_workers,
-        })
+        settings = resolve_settings({**explicit, "launcher": launcher or self._launcher_name})
         self._lock = threading.Lock()
         self._shutdown = False
         self._map_runs: weakref.WeakSet[MapRun] = weakref.WeakSet()
@@ -210,7 +210,7 @@ class Executor(cf.Executor):
             raise ValueError("chunksize must be >= 1.")
         mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
-        items = list(zip(*iterables))
+        items = list(zip(*iterables, strict=False))
         with self._lock:
             bridge = self._usable_bridge()
             bar = None if mode == "off" else open_bar(mode, len(items), fn)

@@ -19,7 +19,7 @@ import threading
 from typing import Any, TextIO
 
 from .._errors import MissingDependencyError
-from .._support.config import _to_progress
+from .._support.options import to_progress
 
 __all__ = ["MapProgress", "open_bar", "progress_mode"]
 
@@ -27,7 +27,7 @@ __all__ = ["MapProgress", "open_bar", "progress_mode"]
 def progress_mode(value: Any) -> str:
     """A per-call ``progress=`` value as ``'off'``, ``'auto'`` or ``'always'``."""
     try:
-        return _to_progress(value)
+        return to_progress(value)
     except ValueError as err:
         raise ValueError(f"progress: {err}") from None
 

@@ -1,16 +1,21 @@
-"""Reading batch systems' task environments: small pure helpers, no I/O but one command runner.
+"""Reading task environments: small pure helpers, no I/O but one command runner.
 
-The plug-ins for Grid Engine, PBS, LSF, Flux and the Cray launchers all ask the
-same few questions of ``os.environ``:
+Every launcher plug-in (Slurm, MPI, the local one, Grid Engine, PBS, LSF, Flux,
+the Cray launchers) asks the same few questions of ``os.environ``:
 
-* an integer variable, with an error that names it and the system;
+* an integer variable, with an error that names it, its value, the launcher
+  and what to do (:func:`int_var`, the only integer reader of the plug-ins);
 * *did an MPI launcher start this process?*  ``mpiexec`` inside a batch job
   keeps the job's variables but numbers the processes itself, and then only
-  the MPI plug-in knows the ranks (:func:`mpi_disagreement`);
+  the MPI plug-in knows the ranks (:func:`mpi_disagreement`; the variables
+  MPI launchers set are listed once, in :data:`MPI_RANK_VARIABLES`);
 * where a job array starts and ends, when the system does not say
   (:data:`ARRAY_INDICES_VAR`), and how many processes a launch has, when the
   launcher does not say (:data:`SIZE_VAR`);
 * a launch id safe to put in a file name (:func:`safe_id`).
+
+Batch systems' commands (qstat, qdel, scontrol, scancel, bkill) all run through
+:func:`run_command`, with a deadline and a warning that says what failed.
 
 Keeping them here keeps each plug-in a page long, and testable on fake environments.
 """
@@ -22,16 +27,19 @@ import logging
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Literal, overload
 
 from .._errors import LauncherError
 
 __all__ = [
     "ARRAY_INDICES_VAR",
+    "MPI_RANK_VARIABLES",
     "SIZE_VAR",
     "IndexSpan",
     "int_var",
     "mpi_disagreement",
     "mpi_launched",
+    "parse_int",
     "parse_span",
     "run_command",
     "safe_id",
@@ -46,26 +54,53 @@ ARRAY_INDICES_VAR = "HPCFUTURES_ARRAY_INDICES"
 #: Set by the user when a launcher does not tell its processes how many it
 #: started (ALPS, PALS without PMI_SIZE, ``pbsdsh -c``).
 SIZE_VAR = "HPCFUTURES_SIZE"
-#: Seconds allowed for a batch system's command (qstat, qdel, bkill).
+#: Seconds allowed for a batch system's command (qstat, qdel, scontrol, scancel, bkill);
+#: the controller may be busy.
 COMMAND_TIMEOUT = 30.0
 
-#: (rank, size) variables of MPI launchers: MPICH/Hydra, Intel MPI and Cray
-#: PMI set PMI_*, Open MPI OMPI_COMM_WORLD_*, PMIx launchers PMIX_RANK.
-_MPI_NUMBERING = (("PMI_RANK", "PMI_SIZE"),
-                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                  ("PMIX_RANK", None))
+#: (rank variable, size variable, who sets it) of MPI launchers, in the order
+#: they are trusted: MPICH/Hydra, Intel MPI and Cray PMI set PMI_*, Open MPI
+#: OMPI_COMM_WORLD_*, PMIx launchers PMIX_RANK, MVAPICH2 MV2_COMM_WORLD_*.
+MPI_RANK_VARIABLES: tuple[tuple[str, str | None, str], ...] = (
+    ("PMI_RANK", "PMI_SIZE", "a PMI launcher: MPICH/Intel MPI mpiexec, or srun --mpi=pmi2"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
+    ("PMIX_RANK", None, "a PMIx launcher: Open MPI 5 mpirun, or srun --mpi=pmix"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MVAPICH2's mpirun_rsh"),
+)
 
 
-def int_var(environ: Mapping[str, str], name: str, system: str) -> int | None:
-    """An integer variable; None when unset or empty; LauncherError when garbled."""
+@overload
+def int_var(environ: Mapping[str, str], name: str, system: str, *,
+            required: Literal[True]) -> int: ...
+@overload
+def int_var(environ: Mapping[str, str], name: str, system: str, *,
+            required: bool = False) -> int | None: ...
+def int_var(environ: Mapping[str, str], name: str, system: str, *,
+            required: bool = False) -> int | None:
+    """The integer in variable ``name``, which ``system`` (a launcher, for messages) sets.
+
+    None when it is unset or empty, unless ``required``; a LauncherError that
+    names the variable, its value and the launcher, and says what to do, when
+    it is missing but required or is not an integer.
+    """
     text = environ.get(name, "").strip()
     if text == "":
-        return None
+        if not required:
+            return None
+        raise LauncherError(
+            f"{name} is not set, but every {system} task has it: start the script through "
+            f"{system}, or choose another launcher with launcher=... (HPCFUTURES_LAUNCHER)"
+        )
+    return parse_int(text, f"{name}={text!r}", system)
+
+
+def parse_int(text: str, what: str, system: str) -> int:
+    """``text`` (``what`` names it in the error: a variable, a field) as an integer."""
     try:
-        return int(text)
+        return int(text.strip())
     except ValueError:
         raise LauncherError(
-            f"{name}={text!r} is not an integer; is this really a {system} task environment? "
+            f"{what} is not an integer; is this really a {system} task environment? "
             "Choose the launcher yourself with launcher=... (HPCFUTURES_LAUNCHER) if not"
         ) from None
 
@@ -79,7 +114,7 @@ def mpi_disagreement(environ: Mapping[str, str], rank: int, size: int | None) ->
     job's variables stay, and then only MPI knows who is who. None when no MPI
     variable is set or all agree.
     """
-    for rank_var, size_var in _MPI_NUMBERING:
+    for rank_var, size_var, _ in MPI_RANK_VARIABLES:
         mpi_rank = environ.get(rank_var, "").strip()
         if mpi_rank == "":
             continue
@@ -98,7 +133,7 @@ def mpi_launched(environ: Mapping[str, str]) -> str | None:
     every process started inside their job carries them, so an MPI rank
     variable beside them means ``mpiexec`` numbered this process.
     """
-    for rank_var, _ in _MPI_NUMBERING:
+    for rank_var, _, _ in MPI_RANK_VARIABLES:
         value = environ.get(rank_var, "").strip()
         if value != "":
             return (f"{rank_var}={value} is set: an MPI launcher (mpiexec/mpirun) started "
@@ -167,20 +202,27 @@ def parse_span(text: str, source: str) -> IndexSpan:
     return IndexSpan(first, int(match[2] or first), int(match[3] or 1))
 
 
-def run_command(command: Sequence[str], purpose: str) -> subprocess.CompletedProcess | None:
+def run_command(command: Sequence[str], purpose: str, *, otherwise: str = "",
+                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess | None:
     """Run a batch-system command with a deadline; None (and a warning) if it failed.
 
     Used for chores that must not fail the launch: asking when a job was
-    submitted, deleting pending array elements.
+    submitted, cancelling or deleting pending array elements.  The warning
+    says what could not be done (``purpose``), why, and ``otherwise`` (what
+    happens instead, or what the user can do).
     """
+    shown = " ".join(command)
     try:
         result = subprocess.run(list(command), capture_output=True, text=True,
-                                timeout=COMMAND_TIMEOUT)
+                                timeout=COMMAND_TIMEOUT, env=env)
+    except subprocess.TimeoutExpired:
+        why = f"'{shown}' did not finish within {COMMAND_TIMEOUT:g} s"
     except (OSError, subprocess.SubprocessError) as err:
-        logger.warning("could not %s (%s); the command was: %s", purpose, err, " ".join(command))
-        return None
-    if result.returncode != 0:
-        logger.warning("could not %s: '%s' failed with status %d: %s", purpose,
-                       " ".join(command), result.returncode, result.stderr.strip())
-        return None
-    return result
+        why = f"'{shown}' could not run ({err})"
+    else:
+        if result.returncode == 0:
+            return result
+        why = (f"'{shown}' failed with status {result.returncode}: "
+               f"{result.stderr.strip() or '(no message)'}")
+    logger.warning("could not %s: %s%s", purpose, why, f"; {otherwise}" if otherwise else "")
+    return None

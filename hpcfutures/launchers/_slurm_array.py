@@ -23,23 +23,18 @@ submit time only when a tombstone is found.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
-import subprocess
 from collections.abc import Mapping
 
 from .._errors import LauncherError
+from ._batchenv import int_var, run_command
 from ._exchange import SchedulerInfo
 from ._schedfile import SchedulerFileExchange
-from ._slurm_env import int_var
+from ._slurm_env import SYSTEM
 
 __all__ = ["ArrayFileExchange", "ArrayPosition", "array_position", "cancel_pending"]
 
-logger = logging.getLogger("hpcfutures")
-
-#: Seconds allowed for scontrol/scancel; the controller may be busy.
-COMMAND_TIMEOUT = 30.0
 #: Clock difference tolerated between the controller and the scheduler's node.
 CLOCK_SLACK = 5.0
 
@@ -64,14 +59,14 @@ def array_position(environ: Mapping[str, str]) -> ArrayPosition:
     job = environ.get("SLURM_ARRAY_JOB_ID", "")
     names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
              "SLURM_ARRAY_TASK_COUNT")
-    index, first, last, count = (int_var(environ, name) for name in names)
+    index, first, last, count = (int_var(environ, name, SYSTEM) for name in names)
     if not job or None in (index, first, last, count):
         missing = [n for n in ("SLURM_ARRAY_JOB_ID", *names) if environ.get(n, "") == ""]
         raise LauncherError(
             f"this job array element lacks {', '.join(missing)}; is it an element of "
             "'sbatch --array=...'? (Slurm 17.11 or newer sets them)"
         )
-    stride = int_var(environ, "SLURM_ARRAY_TASK_STEP") or 1
+    stride = int_var(environ, "SLURM_ARRAY_TASK_STEP", SYSTEM) or 1
     if (last - first) // stride + 1 != count or (index - first) % stride:
         raise LauncherError(
             f"job array {job} has {count} elements between indices {first} and {last}, which "
@@ -110,14 +105,11 @@ class ArrayFileExchange(SchedulerFileExchange):
 
 def submit_time(job_id: str) -> float | None:
     """When Slurm says job ``job_id`` was submitted (epoch seconds), or None if it cannot."""
-    command = ["scontrol", "-o", "show", "job", job_id]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, check=True,
-                                timeout=COMMAND_TIMEOUT,
-                                env={**os.environ, "SLURM_TIME_FORMAT": "%s"})
-    except (OSError, subprocess.SubprocessError) as err:
-        logger.warning("cannot ask Slurm when job %s was submitted (%s); trusting the "
-                       "scheduler file's end marker", job_id, err)
+    result = run_command(["scontrol", "-o", "show", "job", job_id],
+                         f"ask Slurm when job {job_id} was submitted",
+                         otherwise="trusting the scheduler file's end marker",
+                         env={**os.environ, "SLURM_TIME_FORMAT": "%s"})
+    if result is None:
         return None
     match = re.search(r"\bSubmitTime=(\d+)\b", result.stdout)
     return float(match[1]) if match else None
@@ -126,13 +118,5 @@ def submit_time(job_id: str) -> float | None:
 def cancel_pending(array_job_id: str) -> None:
     """Cancel the array's elements that have not started: the launch is over."""
     command = ["scancel", "--state=PENDING", array_job_id]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True,
-                                timeout=COMMAND_TIMEOUT)
-    except (OSError, subprocess.SubprocessError) as err:
-        logger.warning("could not cancel the pending elements of job array %s (%s); "
-                       "cancel them yourself: %s", array_job_id, err, " ".join(command))
-        return
-    if result.returncode != 0:
-        logger.warning("'%s' failed (status %d): %s", " ".join(command), result.returncode,
-                       result.stderr.strip())
+    run_command(command, f"cancel the pending elements of job array {array_job_id}",
+                otherwise=f"cancel them yourself: {' '.join(command)}")

@@ -22,15 +22,15 @@ import re
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from ._batchenv import int_var as batch_int_var
+from ._batchenv import MPI_RANK_VARIABLES, int_var
 
 __all__ = [
+    "SYSTEM",
     "Mode",
     "cpus_per_task",
     "foreign_mpi_launch",
     "gpu_for_local_rank",
     "in_srun_step",
-    "int_var",
     "launch_mode",
     "memory_per_task",
     "step_size",
@@ -41,6 +41,8 @@ __all__ = [
 #: like (>= 0xFFFFFFF0); they are not ``srun`` steps.
 _SPECIAL_STEP_IDS = 0xFFFFFFF0
 _MIB = 2**20
+#: The launcher named in messages about garbled variables (see ``_batchenv.int_var``).
+SYSTEM = "Slurm"
 _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -52,20 +54,16 @@ class Mode(enum.Enum):
     BATCH = "batch script"
 
 
-def int_var(environ: Mapping[str, str], name: str) -> int | None:
-    """An integer Slurm variable; None when unset; LauncherError when garbled."""
-    return batch_int_var(environ, name, "Slurm")
-
-
 def in_srun_step(environ: Mapping[str, str]) -> bool:
     """Whether ``srun`` started this process (the batch script has no SLURM_STEP_ID)."""
-    step = int_var(environ, "SLURM_STEP_ID")
+    step = int_var(environ, "SLURM_STEP_ID", SYSTEM)
     return step is not None and step < _SPECIAL_STEP_IDS
 
 
 def step_size(environ: Mapping[str, str]) -> int | None:
     """Tasks of this ``srun`` step (SLURM_NTASKS is the step's too, under srun)."""
-    return int_var(environ, "SLURM_STEP_NUM_TASKS") or int_var(environ, "SLURM_NTASKS")
+    return (int_var(environ, "SLURM_STEP_NUM_TASKS", SYSTEM)
+            or int_var(environ, "SLURM_NTASKS", SYSTEM))
 
 
 def launch_mode(environ: Mapping[str, str]) -> Mode:
@@ -91,9 +89,7 @@ def foreign_mpi_launch(environ: Mapping[str, str]) -> str | None:
     step = in_srun_step(environ)
     rank = environ.get("SLURM_PROCID", "")
     size = str(step_size(environ) or "")
-    for rank_var, size_var in (("PMI_RANK", "PMI_SIZE"),
-                               ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                               ("PMIX_RANK", "")):
+    for rank_var, size_var, _ in MPI_RANK_VARIABLES:
         mpi_rank = environ.get(rank_var, "")
         if mpi_rank == "":
             continue
@@ -106,7 +102,7 @@ def foreign_mpi_launch(environ: Mapping[str, str]) -> str | None:
 
 def cpus_per_task(environ: Mapping[str, str]) -> int | None:
     """CPUs Slurm gave each task (``-c``), if it was asked for."""
-    return int_var(environ, "SLURM_CPUS_PER_TASK")
+    return int_var(environ, "SLURM_CPUS_PER_TASK", SYSTEM)
 
 
 def expand_counts(text: str) -> list[int]:
@@ -124,7 +120,7 @@ def tasks_on_this_node(environ: Mapping[str, str]) -> int:
     """Tasks of this step (or job) that share this node, for sharing its memory."""
     text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "")
     counts = expand_counts(text) if text else []
-    node = int_var(environ, "SLURM_NODEID") or 0
+    node = int_var(environ, "SLURM_NODEID", SYSTEM) or 0
     if node < len(counts):
         return max(counts[node], 1)
     return max(step_size(environ) or 1, 1)

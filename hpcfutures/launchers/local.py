@@ -12,10 +12,13 @@ from collections.abc import Mapping
 from .._errors import LauncherError
 from .._launch.roles import Identity
 from ._base import Launcher
+from ._batchenv import int_var
 from ._exchange import AddressExchange
 
 __all__ = ["LAUNCH_ID_VAR", "RANK_VAR", "SIZE_VAR", "LocalLauncher", "launch_id_of"]
 
+#: The launcher named in messages about its variables (see ``_batchenv.int_var``).
+SYSTEM = "'hpcfutures run'"
 RANK_VAR = "HPCFUTURES_RANK"
 SIZE_VAR = "HPCFUTURES_SIZE"
 LAUNCH_ID_VAR = "HPCFUTURES_LAUNCH_ID"
@@ -25,20 +28,6 @@ def launch_id_of(token: str) -> str:
     """The launch id of the copies ``hpcfutures run`` started with ``token``
     (it also names their log directory under ``HPCFUTURES_LOG_DIR``)."""
     return f"local-{token}"
-
-
-def read_int(environ: Mapping[str, str], name: str, launcher: str) -> int:
-    """An integer environment variable, or a LauncherError naming it."""
-    text = environ.get(name)
-    if text is None or text == "":
-        raise LauncherError(
-            f"the {launcher} launcher needs the environment variable {name}, which is not set; "
-            f"start the script through the launcher, or choose another with launcher=..."
-        )
-    try:
-        return int(text)
-    except ValueError:
-        raise LauncherError(f"{name}={text!r} is not an integer") from None
 
 
 class LocalLauncher(Launcher):
@@ -62,8 +51,8 @@ class LocalLauncher(Launcher):
         return None
 
     def identity(self) -> Identity:
-        rank = read_int(self.environ, RANK_VAR, self.name)
-        size = read_int(self.environ, SIZE_VAR, self.name)
+        rank = int_var(self.environ, RANK_VAR, SYSTEM, required=True)
+        size = int_var(self.environ, SIZE_VAR, SYSTEM, required=True)
         launch_id = self.environ.get(LAUNCH_ID_VAR, "")
         if not launch_id:
             raise LauncherError(

@@ -31,7 +31,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from ._batchenv import ARRAY_INDICES_VAR, IndexSpan, int_var, parse_span, run_command
+from ._batchenv import (
+    ARRAY_INDICES_VAR,
+    IndexSpan,
+    int_var,
+    parse_int,
+    parse_span,
+    run_command,
+)
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
 from ._tasks import TaskLauncher
 
@@ -60,7 +67,7 @@ class LSFLauncher(JobArrayLauncher):
 
     def array_position(self) -> tuple[ArrayPosition, tuple[str, ...]]:
         env = self.environ
-        index = int_var(env, "LSB_JOBINDEX", SYSTEM)
+        index = int_var(env, "LSB_JOBINDEX", SYSTEM, required=True)
         span, source = self._span()
         rank = span.rank(index)
         return (ArrayPosition(self.job_id(env), index, rank, span.size),
@@ -86,9 +93,11 @@ class LSFLauncher(JobArrayLauncher):
     def slots(self) -> tuple[int | None, str]:
         """This host's slots: the first pair of LSB_MCPU_HOSTS ("hostA 4 hostB 4"), where the
         job script and an array element run; else LSB_DJOB_NUMPROC."""
-        pairs = self.environ.get("LSB_MCPU_HOSTS", "").split()
-        if len(pairs) >= 2 and pairs[1].isdigit():
-            return int(pairs[1]), "LSB_MCPU_HOSTS (this host's slots)"
+        text = self.environ.get("LSB_MCPU_HOSTS", "")
+        pairs = text.split()
+        if len(pairs) >= 2:
+            return (parse_int(pairs[1], f"the slot count {pairs[1]!r} in LSB_MCPU_HOSTS={text!r}",
+                              SYSTEM), "LSB_MCPU_HOSTS (this host's slots)")
         return int_var(self.environ, "LSB_DJOB_NUMPROC", SYSTEM), "LSB_DJOB_NUMPROC"
 
     def cancel_pending(self, array_job_id: str) -> None:

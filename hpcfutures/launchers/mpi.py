@@ -39,19 +39,15 @@ from .._launch.roles import SCHEDULER_RANK, Identity
 from .._support.backoff import Backoff
 from . import _mpi
 from ._base import Launcher
+from ._batchenv import MPI_RANK_VARIABLES, int_var
 from ._exchange import AddressExchange, SchedulerInfo
 
 __all__ = ["BroadcastExchange", "MPILauncher", "declared_size", "mpi_rank_variable"]
 
 logger = logging.getLogger("hpcfutures")
 
-#: (rank variable, size variable, who sets it), in the order they are trusted.
-RANK_VARIABLES = (
-    ("PMI_RANK", "PMI_SIZE", "a PMI launcher: MPICH/Intel MPI mpiexec, or srun --mpi=pmi2"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
-    ("PMIX_RANK", None, "a PMIx launcher: Open MPI 5 mpirun, or srun --mpi=pmix"),
-    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MVAPICH2's mpirun_rsh"),
-)
+#: The launcher named in messages about garbled variables (see ``_batchenv.int_var``).
+SYSTEM = "MPI"
 LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
                         "MV2_COMM_WORLD_LOCAL_RANK")
 LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -67,16 +63,9 @@ FAILURE_GRACE = 30.0
 
 
 # ------------------------------------------------------------ the environment
-def _int(environ: Mapping[str, str], name: str) -> int | None:
-    try:
-        return int(environ.get(name, ""))
-    except ValueError:
-        return None
-
-
 def mpi_rank_variable(environ: Mapping[str, str]) -> tuple[str, str | None, str] | None:
     """(rank variable, size variable, who sets it) of the MPI launcher present, else None."""
-    for rank_var, size_var, who in RANK_VARIABLES:
+    for rank_var, size_var, who in MPI_RANK_VARIABLES:
         if environ.get(rank_var, "") != "":
             return rank_var, size_var, who
     return None
@@ -107,8 +96,9 @@ def declared_size(environ: Mapping[str, str]) -> tuple[int, str] | None:
     if srun_task(environ):
         candidates += ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"]
     for name in [*candidates, "HPCFUTURES_SIZE"]:
-        if _int(environ, name) is not None:
-            return _int(environ, name), name
+        size = int_var(environ, name, SYSTEM)
+        if size is not None:
+            return size, name
     return None
 
 
@@ -140,16 +130,18 @@ def _mismatch_advice(count: int, variable: str, library: str) -> str:
 def single_host(environ: Mapping[str, str], size: int) -> bool:
     """Whether every rank runs on this host (then loopback is used), as far as known."""
     for name in LOCAL_SIZE_VARIABLES:
-        if _int(environ, name) is not None:
-            return _int(environ, name) == size
-    return srun_task(environ) and _int(environ, "SLURM_STEP_NUM_NODES") == 1
+        local_size = int_var(environ, name, SYSTEM)
+        if local_size is not None:
+            return local_size == size
+    return srun_task(environ) and int_var(environ, "SLURM_STEP_NUM_NODES", SYSTEM) == 1
 
 
 def local_rank(environ: Mapping[str, str]) -> int | None:
     for name in LOCAL_RANK_VARIABLES:
-        if _int(environ, name) is not None:
-            return _int(environ, name)
-    return _int(environ, "SLURM_LOCALID") if srun_task(environ) else None
+        rank = int_var(environ, name, SYSTEM)
+        if rank is not None:
+            return rank
+    return int_var(environ, "SLURM_LOCALID", SYSTEM) if srun_task(environ) else None
 
 
 def job_label(environ: Mapping[str, str]) -> str:
@@ -199,7 +191,8 @@ class MPILauncher(Launcher):
         if size == 1 and self.environ is os.environ:
             _hide_launcher_variables(os.environ)
         label = job_label(self.environ)
-        cpus = _int(self.environ, "SLURM_CPUS_PER_TASK") if srun_task(self.environ) else None
+        cpus = (int_var(self.environ, "SLURM_CPUS_PER_TASK", SYSTEM)
+                if srun_task(self.environ) else None)
         declared = declared_size(self.environ)
         return Identity(
             launcher=self.name,

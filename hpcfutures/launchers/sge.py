@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 from .._errors import LauncherError
 from .._launch.roles import Identity
-from ._batchenv import int_var, parse_span, run_command
+from ._batchenv import int_var, parse_int, parse_span, run_command
 from ._exchange import AddressExchange, SchedulerInfo
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
 from ._slurm_array import CLOCK_SLACK, ArrayFileExchange
@@ -109,12 +109,13 @@ class SGEArrayExchange(ArrayFileExchange):
 
 
 def _first_host_slots(path: str) -> int | None:
-    """Slots of the first line of a PE_HOSTFILE ("host slots queue processors"): the master host."""
+    """Slots of the first line of a PE_HOSTFILE ("host slots queue processors"): the master
+    host's; None when the file cannot be read here (then NSLOTS is used)."""
     try:
         with open(path) as handle:
             fields = handle.readline().split()
-        return int(fields[1])
-    except (OSError, IndexError, ValueError):
+        return parse_int(fields[1], f"the slot count in PE_HOSTFILE={path}", SYSTEM)
+    except (OSError, IndexError, LauncherError):
         return None
 
 

@@ -29,15 +29,16 @@ from typing import Any
 from .._errors import LauncherError, NotEnoughRanksError
 from .._launch.roles import Identity, minimum_size
 from ._base import Launcher
+from ._batchenv import int_var
 from ._exchange import AddressExchange
 from ._slurm_array import ArrayFileExchange, array_position, cancel_pending
 from ._slurm_env import (
+    SYSTEM,
     Mode,
     cpus_per_task,
     foreign_mpi_launch,
     gpu_for_local_rank,
     in_srun_step,
-    int_var,
     launch_mode,
     memory_per_task,
     step_size,
@@ -98,12 +99,14 @@ class SlurmLauncher(Launcher):
 
     def _step_identity(self, job: str) -> Identity:
         env = self.environ
-        step = str(int_var(env, "SLURM_STEP_ID"))
-        rank, size = _required(env, "SLURM_PROCID"), step_size(env)
+        step = str(int_var(env, "SLURM_STEP_ID", SYSTEM))
+        rank = int_var(env, "SLURM_PROCID", SYSTEM, required=True)
+        size = step_size(env)
         if size is None:
             raise LauncherError("an srun task without SLURM_STEP_NUM_TASKS or SLURM_NTASKS: "
                                 "cannot tell how many tasks the step has")
-        nodes = int_var(env, "SLURM_STEP_NUM_NODES") or int_var(env, "SLURM_NNODES") or 1
+        nodes = (int_var(env, "SLURM_STEP_NUM_NODES", SYSTEM)
+                 or int_var(env, "SLURM_NNODES", SYSTEM) or 1)
         return self._identity(
             rank, size, launch_id=_launch_id(env, f"{job}.{step}"), single_host=nodes == 1,
             fields=_fields(env, job, step),
@@ -113,7 +116,8 @@ class SlurmLauncher(Launcher):
 
     def _batch_identity(self, job: str) -> Identity:
         env = self.environ
-        tasks, nodes = int_var(env, "SLURM_NTASKS"), int_var(env, "SLURM_JOB_NUM_NODES") or 1
+        tasks = int_var(env, "SLURM_NTASKS", SYSTEM)
+        nodes = int_var(env, "SLURM_JOB_NUM_NODES", SYSTEM) or 1
         if nodes > 1:
             logger.warning(
                 "hpcfutures runs in the batch script of Slurm job %s without srun: only this "
@@ -153,7 +157,7 @@ class SlurmLauncher(Launcher):
 
     def _identity(self, rank: int, size: int, **known: Any) -> Identity:
         """An Identity with the allocation's hints for a rank, or for a standalone process."""
-        local_rank = int_var(self.environ, "SLURM_LOCALID") or 0
+        local_rank = int_var(self.environ, "SLURM_LOCALID", SYSTEM) or 0
         hints = self._rank_hints(local_rank) if size > 1 else self._standalone_hints()
         return Identity(launcher=self.name, rank=rank, size=size, local_rank=local_rank,
                         **known, **hints)
@@ -176,7 +180,7 @@ class SlurmLauncher(Launcher):
         if in_srun_step(env):  # srun -n1: the step's CPUs
             cpus = cpus_per_task(env) or 1
         else:  # the batch script has every CPU of the job on this node
-            cpus = int_var(env, "SLURM_CPUS_ON_NODE")
+            cpus = int_var(env, "SLURM_CPUS_ON_NODE", SYSTEM)
         workers = self.settings.max_workers or cpus or available_cores()
         threads = self.settings.threads_per_worker or 1
         return {
@@ -196,13 +200,6 @@ class SlurmLauncher(Launcher):
         array_job = identity.fields.get("array_job_id")
         if array_job:
             cancel_pending(array_job)
-
-
-def _required(environ: Mapping[str, str], name: str) -> int:
-    value = int_var(environ, name)
-    if value is None:
-        raise LauncherError(f"an srun task without {name}: is this a Slurm task environment?")
-    return value
 
 
 def _launch_id(environ: Mapping[str, str], local: str) -> str:

@@ -1,0 +1,350 @@
+"""Every option of hpcfutures, declared once.
+
+An :class:`Option` has a name, a :class:`Kind` (what it accepts, what it
+resolves to, how it is read from text), a default and a one-line doc.  From
+that declaration come:
+
+* its ``HPCFUTURES_<NAME>`` environment variable and its ``hpcfutures.<name>``
+  Dask config key (:attr:`Option.env_name`, :attr:`Option.config_key`);
+* how :func:`~hpcfutures._support.config.resolve_settings` converts and
+  checks a value, from any source;
+* the typed keywords and the "Args" entries of ``Executor.__init__`` and of
+  ``connect``, and the fields of ``Settings``: source text that static tools
+  can read, written between ``BEGIN generated`` / ``END generated`` markers by
+  ``python -m hpcfutures._support.option_sources --write`` (a unit test fails
+  when it is out of date);
+* the options table of the README (same command) and of the documentation
+  (``docs/_ext/hpcfutures_docs.py``, at build time).
+
+Nothing here imports Dask at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "BY_NAME",
+    "CONNECT_KEYWORDS",
+    "ENV_PREFIX",
+    "NAMES",
+    "OPTIONS",
+    "PROGRESS_MODES",
+    "Kind",
+    "Option",
+    "given",
+    "to_bool",
+    "to_progress",
+    "to_seconds",
+]
+
+ENV_PREFIX = "HPCFUTURES_"
+CONFIG_SECTION = "hpcfutures"
+
+
+# ------------------------------------------------------------------ converters
+def to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false, yes/no), got {value!r}")
+
+
+def to_count(value: Any) -> int:
+    """A whole number greater than 0 (``"4"`` or ``4``; not ``4.5`` or ``True``)."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a whole number, got {value!r}") from None
+    if count <= 0:
+        raise ValueError(f"must be greater than 0, got {value!r}")
+    return count
+
+
+def to_seconds(value: Any, *, zero_ok: bool = False) -> float:
+    """Seconds from a number, a :class:`~datetime.timedelta` or a duration such as
+    ``"90s"``, ``"5min"`` or ``"1h"``: what :func:`dask.utils.parse_timedelta`
+    reads (``"5m"``, ``"2 hours"``, ``"250ms"``), and ``min`` for minutes."""
+    if isinstance(value, bool):
+        seconds = math.nan
+    elif isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    else:
+        seconds = _parse_duration(str(value))
+    if math.isnan(seconds):
+        raise ValueError(f"expected seconds or a duration such as '90s', '5min' or '1h', "
+                         f"got {value!r}")
+    if seconds < 0 or (seconds == 0 and not zero_ok):
+        raise ValueError(f"must be {'at least' if zero_ok else 'greater than'} 0, got {value!r}")
+    return seconds
+
+
+def _parse_duration(text: str) -> float:
+    """Seconds in ``text``; NaN when it is not a duration."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text.startswith("-"):
+        return -_parse_duration(text[1:])
+    if not text or not text[0].isdigit():  # Dask would read "h" as "1h"
+        return math.nan
+    from dask.utils import parse_timedelta
+
+    # Dask knows "m" and "minutes" but not the common "min".
+    text = re.sub(r"(?i)(?<=[\d\s.])mins?$", "minutes", text)
+    try:
+        return float(parse_timedelta(text))
+    except (KeyError, ValueError, TypeError, IndexError):
+        return math.nan
+
+
+def to_text(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)
+
+
+def to_memory(value: Any) -> int | float | str | None:
+    """A worker's memory limit, checked where the settings are resolved.
+
+    A size (``"4GiB"``, ``"500 MB"``, read by :func:`dask.utils.parse_bytes`)
+    or a number of bytes becomes an int; ``"auto"`` and fractions of the host's
+    memory (``0.5``) stay what they are, for Dask to apply on the worker's own
+    host; ``0`` or ``""`` means no limit.
+    """
+    problem = ("expected a size such as '4GiB' or '500MB', a number of bytes, 'auto' or a "
+               f"fraction of the host's memory such as 0.5, got {value!r}")
+    if isinstance(value, bool):
+        raise ValueError(problem)
+    text = str(value).strip()
+    if text.lower() == "auto":
+        return "auto"
+    if isinstance(value, (int, float)):
+        number: float | None = float(value)
+    else:
+        try:
+            number = float(text) if text else 0.0
+        except ValueError:
+            number = None
+    if number is None:
+        from dask.utils import parse_bytes
+
+        try:
+            number = float(parse_bytes(text))
+        except (ValueError, TypeError):
+            raise ValueError(problem) from None
+    if math.isnan(number) or math.isinf(number) or number < 0:
+        raise ValueError(f"must be a positive size, got {value!r}")
+    if number == 0:
+        return None
+    if number <= 1:
+        return number  # Dask: a fraction of the worker's host memory
+    return int(number)
+
+
+#: The values a progress setting resolves to.
+PROGRESS_MODES = ("off", "auto", "always")
+
+
+def to_progress(value: Any) -> str:
+    """``'off'``, ``'auto'`` (a bar only on a terminal) or ``'always'``; booleans map
+    to off and auto, so ``progress=True`` never writes into a log file."""
+    if isinstance(value, str) and value.strip().lower() in PROGRESS_MODES:
+        return value.strip().lower()
+    try:
+        return "auto" if to_bool(value) else "off"
+    except ValueError:
+        raise ValueError(
+            f"expected a boolean, 'auto' or 'always' (also on a non-terminal), got {value!r}"
+        ) from None
+
+
+# ---------------------------------------------------------------- declarations
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What sort of value an option takes."""
+
+    #: Annotation of the keyword argument, without ``| None``.
+    accepts: str
+    #: Annotation of the resolved value in ``Settings``, without ``| None``.
+    holds: str
+    convert: Callable[[Any], Any]
+    #: The accepted values, for the documentation's table (reST inline markup).
+    describe: str
+    #: A valid value, for error messages.
+    example: Any
+    #: Whether ``convert`` itself may give None (then the setting is optional).
+    may_be_none: bool = False
+    #: A sentence on the accepted values for docstrings and the README, if needed.
+    hint: str = ""
+
+
+BOOL = Kind("bool", "bool", to_bool,
+            "boolean: ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``", True)
+COUNT = Kind("int", "int", to_count, "whole number, > 0", 4)
+SECONDS = Kind("float | str", "float", to_seconds,
+               "seconds, > 0: a number or a duration such as ``90s``, ``5min``, ``1h``", "5min",
+               hint="Seconds, or a duration such as ``\"90s\"``, ``\"5min\"`` or ``\"1h\"``.")
+TEXT = Kind("str", "str", to_text, "text", "text", may_be_none=True)
+SIZE = Kind("int | float | str", "int | float | str", to_memory,
+            "bytes or a size such as ``4GiB``; ``auto`` or a fraction such as ``0.5``: "
+            "Dask's share of the worker's host; ``0``: none", "4GiB", may_be_none=True,
+            hint="Bytes, or a size such as ``\"4GiB\"``; ``\"auto\"`` or a fraction such as "
+                 "``0.5`` let Dask size it on the worker's host.")
+PROGRESS = Kind("bool | str", "str", to_progress,
+                "boolean, or ``auto`` (same as true) or ``always``", "auto")
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option: its keyword, variable, config key, conversion, default and doc."""
+
+    name: str
+    kind: Kind
+    default: Any
+    #: One sentence or two, reST inline markup only (also rendered as Markdown).
+    doc: str
+    #: What the default means, when the value alone does not say (e.g. None).
+    default_doc: str = ""
+    #: Also the first positional parameter of ``Executor`` (``max_workers``, as in
+    #: ``ThreadPoolExecutor``).
+    positional: bool = False
+    #: A valid value for error messages, when the kind's example does not fit.
+    example: Any = None
+
+    @property
+    def env_name(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def config_key(self) -> str:
+        return f"{CONFIG_SECTION}.{self.name.replace('_', '-')}"
+
+    @property
+    def optional(self) -> bool:
+        """Whether the resolved value may be None."""
+        return self.default is None or self.kind.may_be_none
+
+    @property
+    def full_doc(self) -> str:
+        """The doc and what values it accepts, for docstrings and the README."""
+        return f"{self.doc} {self.kind.hint}".strip()
+
+    @property
+    def shown_default(self) -> str:
+        """The default for people (reST inline markup)."""
+        if self.default_doc:
+            return self.default_doc
+        value = self.default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return f"``{value!r}``"
+
+    def example_for(self, source: str) -> str:
+        """How to give a valid value in ``source`` (a keyword, a variable, a config key)."""
+        value = self.kind.example if self.example is None else self.example
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if source.startswith("environment"):
+            return f"{self.env_name}={text}"
+        if source.startswith("dask config"):
+            return f"'{self.name.replace('_', '-')}: {text}' in the {CONFIG_SECTION}: section"
+        return f"{self.name}={value!r}"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("max_workers", COUNT, None,
+           "Worker processes of the laptop default. Under a launcher the workers are the "
+           "ranks left after the scheduler and the client.",
+           default_doc="one per core", positional=True),
+    Option("launcher", TEXT, None,
+           "Force a launcher plug-in: a built-in name such as ``local``, ``slurm``, ``mpi`` "
+           "or ``embedded`` (``hpcfutures info`` and the docs list them all), or "
+           "``package.module:ClassName`` for your own.",
+           default_doc="detected from the environment", example="slurm"),
+    Option("timeout", SECONDS, 60.0,
+           "How long any start-up wait may take before a StartupTimeoutError."),
+    Option("array_timeout", SECONDS, 3600.0,
+           "How long job-array elements wait for each other, since the queue may start them "
+           "hours apart."),
+    Option("scheduler_file", TEXT, None,
+           "Where the scheduler's address is exchanged: a path that may use ``{launch_id}``, "
+           "``{job_id}`` and ``{user}`` (under Slurm also ``{step_id}`` and ``{cluster}``).",
+           default_doc="``~/.hpcfutures/scheduler-{launch_id}.json``"),
+    Option("host", TEXT, None,
+           "Address the scheduler and workers bind to.",
+           default_doc="loopback when the whole launch is on one host, else Dask's default"),
+    Option("interface", TEXT, None,
+           "Network interface to bind to instead of an address, e.g. ``ib0``.",
+           default_doc="none (see ``host``)"),
+    Option("threads_per_worker", COUNT, None,
+           "Threads in each Dask worker.",
+           default_doc="the launcher's CPUs per task, else 1"),
+    Option("memory_limit", SIZE, None,
+           "Memory limit of each worker, checked when the settings are resolved.",
+           default_doc="the worker's share of the job's memory request, else none"),
+    Option("scheduler_in_client", BOOL, False,
+           "Run the scheduler inside the client process, so no rank is spent on it."),
+    Option("security", BOOL, True,
+           "TLS with per-launch credentials between all processes. False means plain TCP: "
+           "anyone who can reach the scheduler's port can run code as you (only for trusted, "
+           "single-user networks)."),
+    Option("exit_when_done", BOOL, True,
+           "Non-client ranks exit the process when the client is done; if false, "
+           "``Executor()`` returns on them and ``__enter__`` gives ``None``."),
+    Option("progress", PROGRESS, "off",
+           "Progress bar of ``Executor.map`` on stderr (needs tqdm): true or ``auto`` draws it "
+           "only when stderr is a terminal, so batch logs stay clean; ``always`` also into a "
+           "file or pipe. ``map(..., progress=)`` overrides it per call.",
+           default_doc="off"),
+    Option("dashboard", BOOL, False,
+           "Serve Dask's dashboard from the scheduler (needs bokeh); the client prints its "
+           "address and an ``ssh -L`` tunnel command when it starts."),
+    Option("dashboard_address", TEXT, "127.0.0.1:8787",
+           "Where the dashboard listens, on the scheduler's host: loopback by default, "
+           "reached through an ssh tunnel. A taken port is replaced by a free one.",
+           example="127.0.0.1:8787"),
+    Option("summary", BOOL, False,
+           "When the client leaves the ``with`` block, print the calls run and failed, the "
+           "calls re-run after a lost worker, each worker's busy time and the wall time."),
+    Option("log_dir", TEXT, None,
+           "Directory where every rank also writes its own log file, "
+           "``<dir>/<launch_id>/rank-<rank>-<role>.log``.",
+           default_doc="none (only the tagged output)"),
+    Option("release_idle_after", SECONDS, None,
+           "After this long idle a worker retires and its rank exits 0, handing its CPUs "
+           "and memory back while the launch goes on (useful when each worker is its own "
+           "job-array element).",
+           default_doc="never"),
+    Option("min_workers", COUNT, 1,
+           "Workers kept however idle they are, when ``release_idle_after`` is set."),
+)
+
+NAMES: tuple[str, ...] = tuple(option.name for option in OPTIONS)
+BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
+
+#: The options that :func:`hpcfutures.connect`, ``ConnectedExecutor`` and
+#: :func:`hpcfutures.stop` take as keywords: a client outside the launch
+#: chooses nothing else.
+CONNECT_KEYWORDS: tuple[str, ...] = ("timeout",)
+
+
+def given(namespace: Mapping[str, Any], names: tuple[str, ...] = NAMES) -> dict[str, Any]:
+    """The option keywords in a function's ``locals()``: what its caller passed on.
+
+    The functions whose option keywords are generated forward them this way,
+    so no hand-written list of options can fall out of step.
+    """
+    return {name: namespace[name] for name in names if name in namespace}
