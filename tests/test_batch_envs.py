@@ -27,8 +27,8 @@ import pytest
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
 
 from hpcfutures import LauncherError, NotEnoughRanksError
-from hpcfutures._launch.roles import Role
 from hpcfutures._launch.plan import negotiate
+from hpcfutures._launch.roles import Role
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import detect_launcher
 from hpcfutures.launchers._batchenv import IndexSpan, parse_span, safe_id
@@ -257,8 +257,8 @@ MPIEXEC_RANK_2_OF_4 = {"PMI_RANK": "2", "PMI_SIZE": "4"}  # MPICH Hydra's mpiexe
                   "SLURM_ARRAY_TASK_COUNT": "4", **SLURM_STEP}, "slurm",
                  id="srun-inside-sbatch-array"),
     pytest.param({**pbs_pro_array(1), "HPCFUTURES_RANK": "0", "HPCFUTURES_SIZE": "2",
-                  "HPCFUTURES_LAUNCH_ID": "x"}, "local", id="hpcfutures-run-in-pbs-job"),
-    pytest.param({"JOB_ID": "5"}, "embedded", id="a-stray-JOB_ID-is-not-grid-engine"),
+                  "HPCFUTURES_LAUNCH_ID": "x"}, "run", id="hpcfutures-run-in-pbs-job"),
+    pytest.param({"JOB_ID": "5"}, "local", id="a-stray-JOB_ID-is-not-grid-engine"),
 ])
 def test_detection_precedence(env, expected):
     cls, reason = detect_launcher(env)

@@ -132,7 +132,7 @@ def test_launcher_registered_as_entry_point_is_detected(tmp_path):
     assert by_name["launcher"] == "toy"
 
     elsewhere = info(tmp_path, PYTHONPATH=path)  # installed, but not a toy job
-    assert elsewhere["launcher"] == "embedded"
+    assert elsewhere["launcher"] == "local"
 
 
 def test_toy_identity_and_its_errors(monkeypatch):
@@ -158,11 +158,11 @@ def test_toy_identity_and_its_errors(monkeypatch):
 def test_launcher_paths_that_cannot_be_used_are_configuration_errors():
     from hpcfutures import ConfigurationError
     from hpcfutures.launchers import get_launcher
-    from hpcfutures.launchers.local import LocalLauncher
+    from hpcfutures.launchers.run import RunLauncher
 
-    assert get_launcher("hpcfutures.launchers.local:LocalLauncher") is LocalLauncher
+    assert get_launcher("hpcfutures.launchers.run:RunLauncher") is RunLauncher
     for spec, why in (("no_such_module_xyz:Launcher", "cannot be loaded"),
-                      ("hpcfutures.launchers.local:NoSuchClass", "cannot be loaded"),
-                      ("hpcfutures.launchers.local:launch_id_of", "not a subclass")):
+                      ("hpcfutures.launchers.run:NoSuchClass", "cannot be loaded"),
+                      ("hpcfutures.launchers.run:launch_id_of", "not a subclass")):
         with pytest.raises(ConfigurationError, match=why):
             get_launcher(spec)

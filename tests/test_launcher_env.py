@@ -24,8 +24,8 @@ from hpcfutures.launchers._batchenv import (
     run_command,
 )
 from hpcfutures.launchers._slurm_env import foreign_mpi_launch
-from hpcfutures.launchers.local import LocalLauncher
 from hpcfutures.launchers.lsf import LSFLauncher
+from hpcfutures.launchers.run import RunLauncher
 
 
 # ------------------------------------------------------------------ integers
@@ -68,7 +68,7 @@ def test_parse_int_names_what_it_read():
      "HPCFUTURES_RANK='x' is not an integer; is this really a 'hpcfutures run' task"),
 ])
 def test_the_local_launcher_reads_its_integers_the_same_way(env, fragment):
-    launcher = LocalLauncher(resolve_settings(environ={}, dask_config={}), env)
+    launcher = RunLauncher(resolve_settings(environ={}, dask_config={}), env)
     with pytest.raises(LauncherError, match=fragment):
         launcher.identity()
 

@@ -93,7 +93,7 @@ def test_stale_scheduler_file_with_same_launch_id_is_ignored(tmp_path):
 
     launch, marker = "stale-test", uuid.uuid4().hex
     path = tmp_path / "sched.json"
-    stale = {"hpcfutures": 1, "address": "tcp://127.0.0.1:9", "launch_id": f"local-{launch}",
+    stale = {"hpcfutures": 1, "address": "tcp://127.0.0.1:9", "launch_id": f"run-{launch}",
              "nonce": "old", "host": "some-other-host", "pid": 1, "created": 0,
              "security": {}, "finished": False}
     path.write_text(json.dumps(stale))
@@ -191,7 +191,7 @@ def test_info_explains_the_detected_role():
     env = {"HPCFUTURES_RANK": "1", "HPCFUTURES_SIZE": "4", "HPCFUTURES_LAUNCH_ID": "xyz"}
     job = run_job([sys.executable, "-m", "hpcfutures", "info", "--json"], env=env, timeout=30)
     report = json.loads(job.stdout)
-    assert report["launcher"] == "local" and report["role"] == "client"
+    assert report["launcher"] == "run" and report["role"] == "client"
     assert report["rank"] == 1 and report["size"] == 4
     assert "scheduler file" in report["address_exchange"]
     assert any("HPCFUTURES_RANK" in line for line in report["why"])

@@ -109,7 +109,7 @@ def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
     from hpcfutures._cli.run import _failure_pointer
 
     environ = {"HPCFUTURES_LOG_DIR": str(tmp_path)}
-    log = tmp_path / "local-abc" / "rank-2-worker.log"
+    log = tmp_path / "run-abc" / "rank-2-worker.log"
     log.parent.mkdir()
     log.write_text("x")
     assert _failure_pointer(2, 1, 4, 1, "abc", environ) == (

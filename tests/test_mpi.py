@@ -28,8 +28,8 @@ from conftest import (
 )
 
 from hpcfutures import LauncherError, StartupTimeoutError
-from hpcfutures._launch.roles import Role
 from hpcfutures._launch.plan import negotiate
+from hpcfutures._launch.roles import Role
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo, _mpi, detect_launcher, mpi
 from hpcfutures.launchers.mpi import BroadcastExchange, MPILauncher, declared_size
@@ -94,7 +94,7 @@ def test_without_mpi4py_srun_steps_are_left_to_slurm(monkeypatch):
     pytest.param(MPIEXEC_IN_SBATCH, "mpi", id="mpiexec-in-batch-script"),
     pytest.param(SRUN, "slurm", id="plain-srun-stays-slurm"),
     pytest.param({**HYDRA, "HPCFUTURES_RANK": "0", "HPCFUTURES_SIZE": "3",
-                  "HPCFUTURES_LAUNCH_ID": "x"}, "local", id="hpcfutures-run-wins"),
+                  "HPCFUTURES_LAUNCH_ID": "x"}, "run", id="hpcfutures-run-wins"),
 ])
 def test_executor_picks_mpi_for_mpi_launches(env, expected):
     cls, reason = detect_launcher(env)

@@ -3,8 +3,8 @@
 import pytest
 
 from hpcfutures import NotEnoughRanksError
-from hpcfutures._launch.roles import Identity, Role, assign_role
 from hpcfutures._launch.plan import bind_address, negotiate
+from hpcfutures._launch.roles import Identity, Role, assign_role
 from hpcfutures._support.config import resolve_settings
 
 
@@ -51,7 +51,7 @@ def local_env(rank, size, launch="abc123"):
 def test_local_launcher_is_detected_and_gives_ranks():
     settings = resolve_settings(environ={}, dask_config={})
     plans = [negotiate(settings, local_env(rank, 4)) for rank in range(4)]
-    assert [p.launcher.name for p in plans] == ["local"] * 4
+    assert [p.launcher.name for p in plans] == ["run"] * 4
     assert [p.role for p in plans] == [Role.SCHEDULER, Role.CLIENT, Role.WORKER, Role.WORKER]
     assert len({p.identity.launch_id for p in plans}) == 1
     assert "abc123" in str(plans[0].exchange.path)
@@ -75,7 +75,24 @@ def test_local_launcher_without_launch_id_is_a_clear_error():
 def test_no_launcher_variables_means_the_laptop_default():
     settings = resolve_settings(environ={}, dask_config={})
     plan = negotiate(settings, {})
-    assert plan.launcher.name == "embedded" and plan.role is Role.STANDALONE
+    assert plan.launcher.name == "local" and plan.role is Role.STANDALONE
+
+
+def test_the_former_name_embedded_still_means_the_laptop_default():
+    settings = resolve_settings({"launcher": "embedded"}, environ={}, dask_config={})
+    plan = negotiate(settings, {})
+    assert plan.launcher.name == "local" and plan.role is Role.STANDALONE
+
+
+def test_laptop_default_forced_under_hpcfutures_run_is_refused_with_the_way_out():
+    from hpcfutures import ConfigurationError
+
+    run_env = {"HPCFUTURES_RANK": "1", "HPCFUTURES_SIZE": "4", "HPCFUTURES_LAUNCH_ID": "x"}
+    settings = resolve_settings({"launcher": "local"}, environ={}, dask_config={})
+    with pytest.raises(ConfigurationError, match=r"one of 4 copies.*launcher='run'"):
+        negotiate(settings, run_env)
+    detected = negotiate(resolve_settings(environ={}, dask_config={}), run_env)
+    assert detected.launcher.name == "run" and detected.role is Role.CLIENT
 
 
 def test_forced_unknown_launcher_is_named_in_the_error():

@@ -12,8 +12,8 @@ import pytest
 
 from hpcfutures import ConfigurationError, LauncherError, NotEnoughRanksError
 from hpcfutures._errors import LaunchFinished
-from hpcfutures._launch.roles import Role
 from hpcfutures._launch.plan import bind_address, negotiate
+from hpcfutures._launch.roles import Role
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo, _slurm_array, detect_launcher
 from hpcfutures.launchers._slurm_array import ArrayFileExchange
@@ -305,7 +305,7 @@ def test_srun_with_pmi_agrees_with_slurm_and_stays_slurm():
 def test_hpcfutures_run_inside_a_job_is_the_local_launcher():
     env = {**step_env(rank=0, size=1), "HPCFUTURES_RANK": "1", "HPCFUTURES_SIZE": "3",
            "HPCFUTURES_LAUNCH_ID": "abc"}
-    assert detect_launcher(env)[0].name == "local"
+    assert detect_launcher(env)[0].name == "run"
 
 
 def test_slurm_executor_outside_slurm_says_what_to_do():

@@ -154,7 +154,7 @@ def _info(as_json: bool) -> int:
             "bind": host or (f"interface {interface}" if interface else "Dask's default address"),
         })
         if plan.role is Role.STANDALONE:
-            from ..launchers.embedded import available_cores
+            from ..launchers.local import available_cores
 
             report["local_workers"] = (settings.max_workers or identity.local_workers
                                        or available_cores())

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from .._launch.roles import client_rank, minimum_size
 from .._support.config import resolve_option
 from .._support.logs import where_to_read
-from ..launchers.local import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
+from ..launchers.run import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
 
 __all__ = ["run"]
 

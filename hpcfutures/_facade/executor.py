@@ -47,10 +47,10 @@ class Executor(cf.Executor):
         max_workers: Worker processes of the laptop default. Under a launcher the workers are
             the ranks left after the scheduler and the client. Default: one per core.
             Environment: ``HPCFUTURES_MAX_WORKERS``.
-        launcher: Force a launcher plug-in: a built-in name such as ``local``, ``slurm``,
-            ``mpi`` or ``embedded`` (``hpcfutures info`` and the docs list them all), or
-            ``package.module:ClassName`` for your own. Default: detected from the environment.
-            Environment: ``HPCFUTURES_LAUNCHER``.
+        launcher: Force a launcher plug-in: a built-in name such as ``local`` (the laptop
+            default), ``run`` (``hpcfutures run``), ``slurm`` or ``mpi`` (``hpcfutures info``
+            and the docs list them all), or ``package.module:ClassName`` for your own. Default:
+            detected from the environment. Environment: ``HPCFUTURES_LAUNCHER``.
         timeout: How long any start-up wait may take before a StartupTimeoutError. Seconds, or a
             duration such as ``"90s"``, ``"5min"`` or ``"1h"``. Default: ``60``. Environment:
             ``HPCFUTURES_TIMEOUT``.
@@ -269,7 +269,7 @@ def _refuse_foreign_futures(args: tuple, kwargs: dict) -> None:
 class LocalExecutor(Executor):
     """The laptop default, forced: local worker processes, whatever the environment."""
 
-    _launcher_name = "embedded"
+    _launcher_name = "local"
 
 
 class SlurmExecutor(Executor):

@@ -24,7 +24,7 @@ from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
 from .._support.loop import LoopThread
 from ..launchers import SchedulerInfo
-from ..launchers.embedded import available_cores
+from ..launchers.local import available_cores
 from .lookup import PROBE_TIMEOUT, find_scheduler
 from .plan import Plan, bind_address
 from .roles import SCHEDULER_RANK, Role

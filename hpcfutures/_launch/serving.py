@@ -131,7 +131,7 @@ def _serving_scheduler_rank(_dask, settings: Settings, plan: Plan, host, interfa
                      idle_timeout: float | None) -> int:
     local = None
     if plan.role is Role.STANDALONE:
-        from ..launchers.embedded import available_cores
+        from ..launchers.local import available_cores
         from .local_workers import LocalWorkers
 
         count = settings.max_workers or plan.identity.local_workers or available_cores()

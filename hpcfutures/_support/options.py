@@ -270,8 +270,9 @@ OPTIONS: tuple[Option, ...] = (
            "ranks left after the scheduler and the client.",
            default_doc="one per core", positional=True),
     Option("launcher", TEXT, None,
-           "Force a launcher plug-in: a built-in name such as ``local``, ``slurm``, ``mpi`` "
-           "or ``embedded`` (``hpcfutures info`` and the docs list them all), or "
+           "Force a launcher plug-in: a built-in name such as ``local`` (the laptop default), "
+           "``run`` (``hpcfutures run``), ``slurm`` or ``mpi`` (``hpcfutures info`` and the "
+           "docs list them all), or "
            "``package.module:ClassName`` for your own.",
            default_doc="detected from the environment", example="slurm"),
     Option("timeout", SECONDS, 60.0,

@@ -35,7 +35,7 @@ __all__ = [
 #: ``mpiexec`` in a PBS job or a Grid Engine parallel environment goes to MPI.
 #: Details and a table: docs/batch-systems.rst.
 BUILTIN = {
-    "local": "hpcfutures.launchers.local:LocalLauncher",
+    "run": "hpcfutures.launchers.run:RunLauncher",
     "flux": "hpcfutures.launchers.flux:FluxLauncher",
     "jsrun": "hpcfutures.launchers.lsf:JsrunLauncher",
     "alps": "hpcfutures.launchers.cray:ALPSLauncher",
@@ -45,8 +45,13 @@ BUILTIN = {
     "sge": "hpcfutures.launchers.sge:SGELauncher",
     "pbs": "hpcfutures.launchers.pbs:PBSLauncher",
     "lsf": "hpcfutures.launchers.lsf:LSFLauncher",
-    "embedded": "hpcfutures.launchers.embedded:EmbeddedLauncher",
+    "local": "hpcfutures.launchers.local:LocalLauncher",
 }
+
+#: Names that launchers had before 0.2, still accepted.  ("local" used to
+#: name ``hpcfutures run``'s plug-in; the laptop default's plug-in refuses to
+#: run under ``hpcfutures run``, so that old spelling fails loudly.)
+FORMER_NAMES = {"embedded": "local"}
 
 
 def _load(spec: str) -> type[Launcher]:
@@ -64,7 +69,7 @@ def _plugins() -> dict[str, str]:
 def _registry() -> dict[str, str]:
     available = {}
     for name, spec in BUILTIN.items():
-        if name == "embedded":
+        if name == "local":
             available.update(_plugins())
         available.setdefault(name, spec)
     return available
@@ -78,6 +83,7 @@ def get_launcher(name: str) -> type[Launcher]:
     """
     if ":" in name:
         return _load_by_path(name)
+    name = FORMER_NAMES.get(name, name)
     registry = _registry()
     if name not in registry:
         raise ConfigurationError(
@@ -112,4 +118,4 @@ def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:
         reason = cls.detect(environ)
         if reason:
             return cls, reason
-    raise AssertionError("the embedded launcher always detects")  # pragma: no cover
+    raise AssertionError("the local launcher always detects")  # pragma: no cover

@@ -1,72 +1,61 @@
-"""The local launcher plug-in: processes started by ``hpcfutures run -n N``.
+"""The ``local`` launcher: the laptop default, one process that starts its own workers.
 
-``hpcfutures run`` sets ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
-``HPCFUTURES_LAUNCH_ID`` in each copy, the way ``srun`` sets ``SLURM_PROCID``.
-All copies run on this host, so everything binds to loopback by default.
+``python job.py`` runs the client here, the scheduler in a thread of the same
+process and one local worker process per core (``max_workers=`` to choose).
+The same script later runs unchanged under ``srun`` or ``mpiexec``.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Mapping
 
-from .._errors import LauncherError
+from .._errors import ConfigurationError
 from .._launch.roles import Identity
 from ._base import Launcher
-from ._batchenv import int_var
-from ._exchange import AddressExchange
+from ._batchenv import SIZE_VAR
 
-__all__ = ["LAUNCH_ID_VAR", "RANK_VAR", "SIZE_VAR", "LocalLauncher", "launch_id_of"]
-
-#: The launcher named in messages about its variables (see ``_batchenv.int_var``).
-SYSTEM = "'hpcfutures run'"
-RANK_VAR = "HPCFUTURES_RANK"
-SIZE_VAR = "HPCFUTURES_SIZE"
-LAUNCH_ID_VAR = "HPCFUTURES_LAUNCH_ID"
+__all__ = ["LocalLauncher", "available_cores"]
 
 
-def launch_id_of(token: str) -> str:
-    """The launch id of the copies ``hpcfutures run`` started with ``token``
-    (it also names their log directory under ``HPCFUTURES_LOG_DIR``)."""
-    return f"local-{token}"
+def available_cores() -> int:
+    """Cores this process may run on (honours affinity masks and cgroups' cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 class LocalLauncher(Launcher):
-    """N copies on this machine, started by ``hpcfutures run``."""
+    """A single process; workers are its children."""
+
+    def _refuse_inside_a_launch(self) -> None:
+        """Forced under ``hpcfutures run``, every copy would run all the work alone."""
+        size = self.environ.get(SIZE_VAR, "")
+        if size.strip() not in ("", "0", "1"):
+            raise ConfigurationError(
+                f"launcher 'local' (the laptop default, also LocalExecutor) was asked for, but "
+                f"this process is one of {size} copies started by 'hpcfutures run' "
+                f"({SIZE_VAR}={size}): each copy would run all of your work on a cluster of its "
+                "own. Leave the launcher unset (hpcfutures.Executor() detects 'hpcfutures run') "
+                "or use launcher='run'; before 0.2 the name 'local' meant 'hpcfutures run'.")
 
     name = "local"
 
-    def address_exchange(self, identity: Identity) -> AddressExchange:
-        """A scheduler file that ends as a tombstone: a copy that is still starting
-        when a short launch ends (say, the client failed at once) then exits 0 at
-        once instead of waiting for its deadline.  Launch ids are random, so an
-        old tombstone never matches a new launch."""
-        from ._schedfile import SchedulerFileExchange
-
-        return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
-
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> str | None:
-        if environ.get(RANK_VAR, "") != "":
-            return f"{RANK_VAR} is set (started by 'hpcfutures run')"
-        return None
+        return "no launcher variables found: running standalone (laptop default)"
 
     def identity(self) -> Identity:
-        rank = int_var(self.environ, RANK_VAR, SYSTEM, required=True)
-        size = int_var(self.environ, SIZE_VAR, SYSTEM, required=True)
-        launch_id = self.environ.get(LAUNCH_ID_VAR, "")
-        if not launch_id:
-            raise LauncherError(
-                f"{LAUNCH_ID_VAR} is not set: without it the copies of this launch cannot tell "
-                "their scheduler file from another launch's; start them with 'hpcfutures run'"
-            )
+        self._refuse_inside_a_launch()
+        token = secrets.token_hex(6)
         return Identity(
             launcher=self.name,
-            rank=rank,
-            size=size,
-            launch_id=launch_id_of(launch_id),
+            rank=0,
+            size=1,
+            launch_id=f"local-{os.getpid()}-{token}",
             single_host=True,
-            local_rank=rank,
-            fields={"job_id": launch_id},
-            reasons=(f"rank {rank} of {size} from {RANK_VAR}/{SIZE_VAR}",
-                     f"launch id {launch_id} from {LAUNCH_ID_VAR}"),
+            fields={"job_id": token},
+            reasons=("one process; the scheduler runs in it and workers are its children",),
         )

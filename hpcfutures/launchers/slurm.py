@@ -44,7 +44,7 @@ from ._slurm_env import (
     step_size,
     tasks_on_this_node,
 )
-from .embedded import available_cores
+from .local import available_cores
 
 __all__ = ["SlurmLauncher"]
 
