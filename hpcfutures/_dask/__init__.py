@@ -1,11 +1,16 @@
 """The Dask lifecycle: start and stop the scheduler, a worker, the client.
 
-This package is the only place that imports ``distributed``'s internals, one
-module per role: :mod:`.scheduler` (the Coordinator plug-in and the scheduler
-service), :mod:`.worker` (a worker in a rank's process) and :mod:`.client`
-(connecting, finishing, asking the scheduler).  Everything here is a
-coroutine; the session runs it either on a fresh event loop (the scheduler
-and worker ranks) or on the client's loop thread.
+This package is the only place that touches ``distributed``'s objects: their
+attributes, RPCs, handlers and plug-in hooks.  The rest of hpcfutures calls
+the typed functions exported here.  One module per role or question:
+:mod:`.scheduler` (the Coordinator plug-in and the scheduler service),
+:mod:`.worker` (a worker in a rank's process), :mod:`.client` (connecting,
+following the cluster, finishing), :mod:`.cluster` (what the client asks
+about the workers), :mod:`.usage` (the summary's ledger on the scheduler)
+and :mod:`.release` (retiring idle workers).  Most of it is coroutines; the
+session runs them either on a fresh event loop (the scheduler and worker
+ranks) or on the client's loop thread.  Every private Dask name relied on
+here is pinned by ``tests/test_dask_seams.py``.
 
 How the end of a launch travels::
 
@@ -20,32 +25,51 @@ Coordinator sees its connection drop and ends the launch with a failure status.
 from ._common import EXIT_FAILED, make_security
 from .client import (
     connect_client,
-    dashboard_facts,
     finish_client,
     follow_cluster,
     probe,
     request_stop,
-    start_usage,
-    usage_report,
     wait_for_workers,
 )
+from .cluster import (
+    DashboardFacts,
+    WorkerFacts,
+    ask_workers,
+    cluster_size,
+    dashboard_facts,
+    released_workers,
+    total_threads,
+    worker_facts,
+    worker_names,
+)
 from .scheduler import Coordinator, SchedulerService
+from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker
 
 __all__ = [
     "EXIT_FAILED",
     "Coordinator",
+    "DashboardFacts",
     "SchedulerService",
+    "UsageReport",
+    "WorkerFacts",
     "WorkerService",
+    "WorkerUsage",
+    "ask_workers",
+    "cluster_size",
     "connect_client",
     "dashboard_facts",
     "finish_client",
     "follow_cluster",
     "make_security",
     "probe",
+    "released_workers",
     "request_stop",
     "run_worker",
     "start_usage",
+    "total_threads",
     "usage_report",
     "wait_for_workers",
+    "worker_facts",
+    "worker_names",
 ]

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from distributed import Security
+from distributed import Client, Security
+from distributed.batched import BatchedSend
 
 logger = logging.getLogger("hpcfutures")
 
 VERDICT_OP = "hpcfutures-verdict"
 #: Event topic on which the scheduler announces the workers and threads present.
 CLUSTER_TOPIC = "hpcfutures-cluster"
-#: Asks the scheduler for the workers it retired as idle (see _release.py).
+#: Asks the scheduler for the workers it retired as idle (see release.py).
 RELEASED_OP = "hpcfutures_released"
 #: Where the dashboard listens when asked for without an address.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
@@ -28,10 +29,22 @@ CLOSE_TIMEOUT = 5.0
 STREAM_INTERVAL = 0.001
 
 
-def _hurry(stream: Any) -> None:
-    """Shorten a Dask BatchedSend's batching interval (best effort)."""
+def _hurry(stream: BatchedSend | None) -> None:
+    """Shorten a Dask BatchedSend's batching interval.
+
+    Best effort (only latency is at stake): a stream that is gone, or a Dask
+    whose BatchedSend no longer has ``interval``, is left alone, and
+    ``tests/test_dask_seams.py`` says so loudly.
+    """
     if stream is not None and hasattr(stream, "interval"):
         stream.interval = STREAM_INTERVAL
+
+
+def scheduler_rpc(client: Client) -> Any:
+    """The client's RPC handle on the scheduler: ``await scheduler_rpc(c).ncores()``."""
+    if client.scheduler is None:
+        raise RuntimeError("the Dask client is not connected to a scheduler")
+    return client.scheduler
 
 
 def make_security(credentials: Mapping[str, str] | None) -> Security | None:
@@ -52,7 +65,8 @@ def make_security(credentials: Mapping[str, str] | None) -> Security | None:
 
 
 @contextlib.contextmanager
-def _silenced(*names: str):
+def _silenced(*names: str) -> Iterator[None]:
+    """Dask's loggers ``names`` say nothing inside this block."""
     loggers = [logging.getLogger(name) for name in names]
     levels = [log.level for log in loggers]
     for log in loggers:
@@ -60,5 +74,5 @@ def _silenced(*names: str):
     try:
         yield
     finally:
-        for log, level in zip(loggers, levels):
+        for log, level in zip(loggers, levels, strict=True):
             log.setLevel(level)

@@ -5,21 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import cast
 
-from distributed import Client
-from distributed.comm import CommClosedError, connect
+from distributed import Client, Security
+from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
 
-from .._reports.dashboard import dashboard_facts_here
-from .._reports.summary import report_and_remove
-from ._common import CLUSTER_TOPIC, _hurry, _silenced
-from .scheduler import UsagePlugin
+from ._common import CLUSTER_TOPIC, _hurry, _silenced, scheduler_rpc
+from .cluster import cluster_size
 
 __all__ = [
-    "connect_client", "dashboard_facts", "finish_client", "follow_cluster", "probe",
-    "request_stop", "start_usage", "usage_report", "wait_for_workers",
+    "connect_client", "finish_client", "follow_cluster", "probe", "request_stop",
+    "wait_for_workers",
 ]
 
 
@@ -30,12 +28,14 @@ async def follow_cluster(client: Client, changed: Callable[[int, int], None]) ->
     ``map`` started just after the launch would size its chunks for the
     workers present at start-up (typically one of many).
     """
-    client.subscribe_topic(CLUSTER_TOPIC, lambda event: changed(**event[1]))
-    cores = await client.scheduler.ncores()
-    changed(workers=len(cores), threads=sum(cores.values()))
+    def announced(event: tuple[float, dict[str, int]]) -> None:
+        changed(event[1]["workers"], event[1]["threads"])
+
+    client.subscribe_topic(CLUSTER_TOPIC, announced)
+    changed(*await cluster_size(client))
 
 
-async def probe(address: str, timeout: float, security: Any = None) -> bool:
+async def probe(address: str, timeout: float, security: Security | None = None) -> bool:
     """Whether anything answers at ``address`` (tells a live scheduler from a stale file)."""
     args = security.get_connection_args("client") if security is not None else {}
     try:
@@ -46,7 +46,7 @@ async def probe(address: str, timeout: float, security: Any = None) -> bool:
     return True
 
 
-async def request_stop(address: str, timeout: float, security: Any = None,
+async def request_stop(address: str, timeout: float, security: Security | None = None,
                        reason: str = "") -> bool:
     """Ask a serving launch's scheduler to end the launch; whether it accepted.
 
@@ -57,7 +57,7 @@ async def request_stop(address: str, timeout: float, security: Any = None,
     args = security.get_connection_args("client") if security is not None else {}
     comm = await connect(address, timeout=timeout, **args)
     try:
-        reply = await asyncio.wait_for(
+        reply: object = await asyncio.wait_for(
             send_recv(comm, op="hpcfutures_stop", reason=reason), timeout)
     except CommClosedError:
         return True
@@ -67,13 +67,14 @@ async def request_stop(address: str, timeout: float, security: Any = None,
     return reply == "ok"
 
 
-async def connect_client(address: str, timeout: float, security: Any = None) -> Client:
+async def connect_client(address: str, timeout: float,
+                         security: Security | None = None) -> Client:
     """An asynchronous Dask client, registered with the coordinator as *the* client."""
     # A large argument travels inside its call, as with any executor; Dask's
     # advice to scatter it or load it with Dask is not the user's to act on.
     warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning,
                             module="distributed.client")
-    client = await Client(
+    client: Client = await Client(
         address,
         asynchronous=True,
         timeout=timeout,
@@ -83,36 +84,15 @@ async def connect_client(address: str, timeout: float, security: Any = None) -> 
         # through the scheduler (a 40 MiB result crosses the network once).
         direct_to_workers=True,
     )
-    await client.scheduler.hpcfutures_register(client=client.id)
+    await scheduler_rpc(client).hpcfutures_register(client=client.id)
     _hurry(client.scheduler_comm)
     return client
 
 
 async def wait_for_workers(client: Client, timeout: float) -> None:
     """Wait until at least one worker has joined, at most ``timeout`` s."""
-    await client.wait_for_workers(1, timeout=timeout)
-
-
-async def start_usage(client: Client) -> str:
-    """Start counting this client's work on the scheduler; return the ledger's name.
-
-    The client installs the ledger itself (only when ``summary`` is on), so the
-    scheduler pays nothing otherwise, and each client gets a ledger of its own.
-    """
-    name = f"hpcfutures-usage-{client.id}"
-    await client.register_plugin(UsagePlugin(), name=name)
-    return name
-
-
-async def usage_report(client: Client, name: str) -> dict[str, Any] | None:
-    """The ledger's report (and the ledger removed), None if it is gone."""
-    return await client.run_on_scheduler(report_and_remove, name)
-
-
-async def dashboard_facts(client: Client) -> dict[str, Any]:
-    """Where the scheduler's dashboard listens, asked of the scheduler (which may
-    be another rank on another host); see :func:`._dashboard.dashboard_facts_here`."""
-    return await client.run_on_scheduler(dashboard_facts_here)
+    # An asynchronous client returns a coroutine, whatever Dask's annotation says.
+    await cast(Awaitable[None], client.wait_for_workers(1, timeout=timeout))
 
 
 async def finish_client(client: Client, status: int, timeout: float = 5.0) -> None:
@@ -125,6 +105,7 @@ async def finish_client(client: Client, status: int, timeout: float = 5.0) -> No
     with _silenced("distributed.client", "distributed.comm", "distributed.core"):
         if client.status == "running":
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.scheduler.hpcfutures_finish(status=status), timeout)
+                await asyncio.wait_for(
+                    scheduler_rpc(client).hpcfutures_finish(status=status), timeout)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(client.close(), timeout)

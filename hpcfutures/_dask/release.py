@@ -13,8 +13,11 @@ Dask's own ``retire_workers`` moves whatever results it holds to the others
 told that, for it, the launch ended well (status 0), and closed.  Its rank
 exits 0, so its array element ends COMPLETED.
 
-This module uses only the scheduler object it is handed (no ``distributed``
-import): the Dask specifics stay in :mod:`._dask`.
+The rule reads the scheduler's own state directly (``queued``,
+``unrunnable``, each ``WorkerState``'s ``processing`` and ``status``), with
+no fallback: were Dask to rename one, the check fails (and no worker is
+released) instead of reading "nothing waits" and retiring workers while work
+waits.  ``tests/test_dask_seams.py`` pins each name against a real scheduler.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distributed import Scheduler
 
 __all__ = ["IdleRelease"]
 
@@ -33,7 +39,7 @@ logger = logging.getLogger("hpcfutures")
 class IdleRelease:
     """Retire workers idle for ``idle_after`` s, keeping at least ``keep`` of them."""
 
-    def __init__(self, scheduler: Any, idle_after: float, keep: int,
+    def __init__(self, scheduler: Scheduler, idle_after: float, keep: int,
                  say_goodbye: Callable[[str], None],
                  started: Callable[[], bool] = lambda: True) -> None:
         self.scheduler = scheduler
@@ -51,8 +57,7 @@ class IdleRelease:
 
     def _busy(self) -> bool:
         """Work is waiting that no worker has been given yet (any worker may get it)."""
-        return bool(getattr(self.scheduler, "queued", None)) or bool(
-            getattr(self.scheduler, "unrunnable", None))
+        return bool(self.scheduler.queued) or bool(self.scheduler.unrunnable)
 
     def idle_workers(self, now: float) -> list[str]:
         """Addresses of the workers idle for long enough, longest idle first."""

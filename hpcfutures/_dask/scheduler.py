@@ -9,15 +9,14 @@ import time
 import warnings
 from typing import Any
 
-from distributed import Scheduler
+from distributed import Scheduler, Security
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from .._reports.summary import UsageLedger
 from .._support.logs import quiet_for_shutdown
 from ._common import CLUSTER_TOPIC, DASHBOARD_ADDRESS, EXIT_FAILED, RELEASED_OP, VERDICT_OP, _hurry
 from .release import IdleRelease
 
-__all__ = ["Coordinator", "SchedulerService", "UsagePlugin"]
+__all__ = ["Coordinator", "SchedulerService"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -133,11 +132,11 @@ class SchedulerService:
     """A Dask scheduler in this process, with the coordinator attached."""
 
     def __init__(self, *, host: str | None, interface: str | None,
-                 security: Any = None, http_address: str = "127.0.0.1:0",
+                 security: Security | None = None, http_address: str = "127.0.0.1:0",
                  keep_serving: bool = False, dashboard: bool = False,
                  dashboard_address: str | None = None) -> None:
         self.coordinator = Coordinator(keep_serving)
-        self._options = dict(
+        self._options: dict[str, Any] = dict(
             host=host,
             interface=interface,
             protocol="tls" if security is not None else None,
@@ -153,7 +152,7 @@ class SchedulerService:
             validate=False,
         )
         self._scheduler: Scheduler | None = None
-        self._background: list[asyncio.Task] = []
+        self._background: list[asyncio.Task[None]] = []
 
     @property
     def address(self) -> str:
@@ -171,7 +170,7 @@ class SchedulerService:
         return self
 
     def release_idle_workers(self, idle_after: float, keep: int) -> IdleRelease:
-        """Retire workers idle for ``idle_after`` s (see :mod:`._release`) from now on."""
+        """Retire workers idle for ``idle_after`` s (see :mod:`.release`) from now on."""
         assert self._scheduler is not None
         scheduler = self._scheduler
 
@@ -210,7 +209,3 @@ class SchedulerService:
             task.cancel()
         if self._scheduler is not None:
             await self._scheduler.close(reason="hpcfutures: launch finished")
-
-
-class UsagePlugin(UsageLedger, SchedulerPlugin):
-    """The end-of-run summary's ledger (see ``_summary.py``) as a scheduler plug-in."""

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from distributed import Worker
+from distributed import Security, Worker
 
 from .._remote import memory
 from .._support.logs import quiet_for_shutdown
@@ -22,7 +22,7 @@ class WorkerService:
 
     def __init__(self, address: str, *, name: str, nthreads: int,
                  memory_limit: str | int | None, host: str | None,
-                 interface: str | None, timeout: float, security: Any = None,
+                 interface: str | None, timeout: float, security: Security | None = None,
                  resources: dict[str, float] | None = None) -> None:
         self.name, self.address = name, address
         self.verdict: int | None = None

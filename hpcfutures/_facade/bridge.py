@@ -331,11 +331,13 @@ class TaskBridge:
 
     async def _live_workers(self) -> int:
         """Workers connected right now, asked of the scheduler (before breaking anything)."""
+        from .. import _dask
+
         try:
-            cores = await asyncio.wait_for(self._client.scheduler.ncores(), 5)
+            workers, threads = await asyncio.wait_for(_dask.cluster_size(self._client), 5)
         except Exception:  # the scheduler is gone: _watch breaks the executor for that
             return self._workers
-        self.cluster_changed(len(cores), sum(cores.values()))
+        self.cluster_changed(workers, threads)
         return self._workers
 
     async def watch_workers(self, deadline: float, interval: float = 0.5) -> None:

@@ -21,7 +21,10 @@ import collections
 import contextlib
 import socket
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["WorkerMemory", "ask_worker_memory", "host_memory"]
 
@@ -53,28 +56,29 @@ class WorkerMemory(NamedTuple):
         return self.usable // max(1, self.threads)
 
 
-async def ask_worker_memory(client: Any) -> dict[str, WorkerMemory]:
+async def ask_worker_memory(client: Client) -> dict[str, WorkerMemory]:
     """Every connected worker's memory, by address (a Dask client, on its loop)."""
-    identity = await client.scheduler.identity(n_workers=-1)
-    workers: dict[str, dict] = identity.get("workers") or {}
+    from .. import _dask
+
+    workers = await _dask.worker_facts(client)
     if not workers:
         return {}
-    hosts: dict[str, Any] = {}
-    if any(not info.get("memory_limit") for info in workers.values()):
-        hosts = await client.run(host_memory, workers=list(workers), on_error="return")
-    threads_on_host: collections.Counter = collections.Counter()
-    for address, info in workers.items():
-        if isinstance(hosts.get(address), tuple):
-            threads_on_host[hosts[address][0]] += int(info.get("nthreads") or 1)
+    hosts: dict[str, tuple[str, int] | BaseException] = {}
+    if any(facts.memory_limit is None for facts in workers.values()):
+        hosts = await _dask.ask_workers(client, host_memory, list(workers))
+    threads_on_host: collections.Counter[str] = collections.Counter()
+    for address, facts in workers.items():
+        answer = hosts.get(address)
+        if isinstance(answer, tuple):
+            threads_on_host[answer[0]] += facts.threads
     result = {}
-    for address, info in workers.items():
-        threads = int(info.get("nthreads") or 1)
+    for address, facts in workers.items():
         share = 0
-        if isinstance(hosts.get(address), tuple):
-            name, total = hosts[address]
-            share = total * threads // max(1, threads_on_host[name])
-        result[address] = WorkerMemory(int(info.get("memory_limit") or 0) or None,
-                                       threads, share)
+        answer = hosts.get(address)
+        if isinstance(answer, tuple):
+            name, total = answer
+            share = total * facts.threads // max(1, threads_on_host[name])
+        result[address] = WorkerMemory(facts.memory_limit, facts.threads, share)
     return result
 
 

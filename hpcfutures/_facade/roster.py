@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["WorkerRoster"]
 
@@ -36,15 +39,15 @@ class WorkerRoster:
         #: name -> (who, where to look); the client side knows how ranks name their logs.
         self.pointer: Callable[[str], tuple[str, str]] = _by_name
 
-    async def refresh(self, client: Any, ending: Callable[[], bool]) -> None:
+    async def refresh(self, client: Client, ending: Callable[[], bool]) -> None:
         """Ask the scheduler who is there; warn about each worker gone since
         (unless ``ending()``: then workers leave because the launch is over)."""
+        from .. import _dask
+
         try:
-            info = await asyncio.wait_for(client.scheduler.identity(n_workers=-1), 5)
+            now = await asyncio.wait_for(_dask.worker_names(client), 5)
         except Exception:  # the scheduler is gone: the bridge says so
             return
-        now = {address: str(worker.get("name", address))
-               for address, worker in (info.get("workers") or {}).items()}
         gone = [name for address, name in self.seen.items() if address not in now]
         self.seen = now
         if ending() or not gone:
@@ -67,9 +70,11 @@ class WorkerRoster:
         return "lost " + "; ".join(named) + (f"; and {more} more" if more > 0 else "")
 
 
-async def _released(client: Any) -> set[str]:
+async def _released(client: Client) -> set[str]:
     """Workers the scheduler retired on purpose (release_idle_after): not lost."""
+    from .. import _dask
+
     try:
-        return set(await asyncio.wait_for(client.scheduler.hpcfutures_released(), 5))
+        return await asyncio.wait_for(_dask.released_workers(client), 5)
     except Exception:  # release is off (no such handler), or the scheduler is gone
         return set()

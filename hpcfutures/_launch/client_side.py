@@ -91,7 +91,7 @@ class ClientSide:
         except BaseException:
             self._teardown(_dask.EXIT_FAILED)
             raise
-        threads = self.loop.run_sync(_total_threads(self.client), self.settings.timeout)
+        threads = self.loop.run_sync(_dask.total_threads(self.client), self.settings.timeout)
         self.bridge = TaskBridge(self.loop, self.client, address, threads)
         self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
                            self.settings.timeout)
@@ -247,11 +247,6 @@ class ClientSide:
             self.local_workers.stop()
         loop.stop()
         self.loop = None
-
-
-async def _total_threads(client: Any) -> int:
-    """Worker threads right now (the client's cached info, read on its own loop)."""
-    return int((client.scheduler_info() or {}).get("total_threads") or 1)
 
 
 def _worker_pointer(launch_id: str, log_dir: str | None, name: str) -> tuple[str, str]:

@@ -3,38 +3,22 @@
 The dashboard is served by the scheduler, which may be another rank on another
 node, and by default listens on that node's loopback only (nobody else on a
 shared cluster can read it).  So the client asks the scheduler where it
-listens (:func:`._dask.dashboard_facts`) and prints the address together with
-the ``ssh -L`` command that brings it to the user's own machine.
+listens (:func:`hpcfutures._dask.dashboard_facts`) and prints the address
+together with the ``ssh -L`` command that brings it to the user's own machine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["announce_dashboard", "dashboard_facts_here", "dashboard_line"]
+__all__ = ["announce_dashboard", "dashboard_line"]
 
 logger = logging.getLogger("hpcfutures")
 
 _WILDCARDS = {"", "0.0.0.0", "::"}
-
-
-def dashboard_facts_here(dask_scheduler: Any) -> dict[str, Any]:
-    """Run on the scheduler: its host name, where its HTTP server is bound,
-    whether that serves the dashboard, and whether bokeh is importable there."""
-    server = getattr(dask_scheduler, "http_server", None)
-    application = getattr(dask_scheduler, "http_application", None)
-    return {
-        "host": socket.gethostname(),
-        "address": getattr(server, "address", None),
-        "port": getattr(server, "port", None),
-        "served": bool(getattr(application, "applications", None)),
-        "bokeh": importlib.util.find_spec("bokeh") is not None,
-    }
 
 
 def _bracket(host: str) -> str:

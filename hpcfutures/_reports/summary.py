@@ -2,15 +2,17 @@
 
 Two sources, because neither alone knows everything::
 
-    client  CallTally      user calls that came back, and how many raised
-                           (exact: it sees every future and every map item)
-    scheduler UsageLedger  per worker: busy seconds, calls, presence; calls
-    (in _dask.py)          re-run after a lost worker
+    client     CallTally     user calls that came back, and how many raised
+                             (exact: it sees every future and every map item)
+    scheduler  UsageLedger   per worker: busy seconds, calls, presence; calls
+    (_dask/usage.py)         re-run after a lost worker
 
 hpcfutures packs many user calls into one Dask task (map chunks, submit
 bundles), so the scheduler counts calls by reading the task's key: the
 client names a task carrying ``n`` calls ``...-x<n>-<counter>`` (see
-:func:`calls_in_key`).  Nothing here runs unless ``summary`` is on.
+:func:`calls_in_key`).  This module formats; it reads nothing of Dask's (the
+ledger is a Dask scheduler plug-in, so it lives in :mod:`hpcfutures._dask`).
+Nothing here runs unless ``summary`` is on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CallTally", "UsageLedger", "calls_in_key", "format_summary", "report_and_remove"]
+__all__ = ["CallTally", "calls_in_key", "format_summary"]
 
 #: "...-square-x64-17" or "...-square-x64-17-alone": a task of 64 calls.
 _CALLS = re.compile(r"-x(\d+)-\d+(?:-alone)?$")
@@ -59,75 +61,6 @@ class CallTally:
         """Done-callback of a ``submit`` future; a cancelled call never ran."""
         if not future.cancelled():
             self.calls_done(1, int(future.exception() is not None))
-
-
-class UsageLedger:
-    """Scheduler side: what each worker did while the client was connected.
-
-    Written against the hooks of Dask's ``SchedulerPlugin`` (``_dask.py`` mixes
-    it into one, so this module imports nothing from Dask).  Each worker's
-    *busy* time is the compute time of the tasks it finished; its *presence*
-    runs from when the ledger started (or the worker joined) until it left or
-    the report was made, so busy / (presence x threads) is how well it was used.
-    """
-
-    def __init__(self) -> None:
-        self.workers: dict[str, dict[str, Any]] = {}
-        self.retried = 0
-        self._scheduler: Any = None
-
-    async def start(self, scheduler: Any) -> None:
-        self._scheduler = scheduler
-        for address in list(scheduler.workers):
-            self.add_worker(scheduler, address)
-
-    def add_worker(self, scheduler: Any, worker: str) -> None:
-        state = scheduler.workers.get(worker)
-        if state is None:
-            return
-        self.workers[worker] = {"name": str(state.name), "host": state.host,
-                                "threads": state.nthreads, "joined": time.time(),
-                                "left": None, "calls": 0, "busy": 0.0}
-
-    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
-        entry = self.workers.get(worker)
-        if entry is not None and entry["left"] is None:
-            entry["left"] = time.time()
-
-    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
-        if start != "processing" or finish not in ("memory", "erred"):
-            return
-        entry = self.workers.get(kwargs.get("worker"))
-        if entry is None:
-            return
-        calls = calls_in_key(key)
-        entry["calls"] += calls
-        entry["busy"] += sum(part["stop"] - part["start"]
-                             for part in kwargs.get("startstops") or ()
-                             if part.get("action") == "compute")
-        task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
-        if task is not None and getattr(task, "suspicious", 0):
-            self.retried += calls  # it was running on a worker that died
-
-    def report(self) -> dict[str, Any]:
-        """Plain data for the client: one entry per worker, and the re-run calls."""
-        now = time.time()
-        workers = []
-        for entry in self.workers.values():
-            end = entry["left"] if entry["left"] is not None else now
-            workers.append({**entry, "present": max(end - entry["joined"], 0.0),
-                            "lost": entry["left"] is not None})
-        return {"workers": workers, "retried": self.retried}
-
-
-def report_and_remove(name: str, dask_scheduler: Any) -> dict[str, Any] | None:
-    """Run on the scheduler: the ledger ``name``'s report, and the ledger removed
-    (each client counts only its own work); None if there is no such ledger."""
-    ledger = dask_scheduler.plugins.get(name)
-    if ledger is None:
-        return None
-    dask_scheduler.remove_plugin(name=name)
-    return ledger.report()
 
 
 def _row(name: str, threads: Any, calls: Any, busy: str, share: str) -> str:
@@ -180,6 +113,7 @@ def format_summary(tally: CallTally, usage: Mapping[str, Any] | None,
     lines += _worker_rows(workers)
     busy = sum(w["busy"] for w in workers)
     capacity = sum(w["present"] * w["threads"] for w in workers)
-    lines.append(_row(f"all {len(workers)} worker{'s' if len(workers) != 1 else ''}", sum(w["threads"] for w in workers),
+    everyone = f"all {len(workers)} worker{'s' if len(workers) != 1 else ''}"
+    lines.append(_row(everyone, sum(w["threads"] for w in workers),
                       sum(w["calls"] for w in workers), f"{busy:.1f}", _share(busy, capacity)))
     return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""What the client asks about the cluster: its workers, their threads and memory.
+
+The rest of hpcfutures (the bridge, the roster, the capacity query, the
+dashboard line) calls these typed functions instead of reading Dask's replies
+itself; every name Dask gives a reply's field, or an RPC, is spelled here
+only, and ``tests/test_dask_seams.py`` pins each against a real scheduler.
+All run on the client's loop thread, except :func:`dashboard_facts_here`,
+which runs on the scheduler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypedDict, TypeVar
+
+from distributed import Client, Scheduler
+
+from ._common import RELEASED_OP, scheduler_rpc
+
+__all__ = [
+    "DashboardFacts", "WorkerFacts", "ask_workers", "cluster_size", "dashboard_facts",
+    "dashboard_facts_here", "released_workers", "total_threads", "worker_facts",
+    "worker_names",
+]
+
+T = TypeVar("T")
+
+
+class WorkerFacts(NamedTuple):
+    """One worker as the scheduler describes it.
+
+    Attributes:
+        name: The worker's Dask name (``rank-N`` inside a launch).
+        threads: Tasks it runs at once.
+        memory_limit: Its Dask memory limit in bytes; None if it has none.
+    """
+
+    name: str
+    threads: int
+    memory_limit: int | None
+
+
+class DashboardFacts(TypedDict):
+    """Where the scheduler's HTTP server listens, and whether it serves the dashboard."""
+
+    host: str
+    address: str
+    port: int
+    served: bool
+    bokeh: bool
+
+
+async def cluster_size(client: Client) -> tuple[int, int]:
+    """(workers, threads) connected right now, asked of the scheduler."""
+    cores: dict[str, int] = await scheduler_rpc(client).ncores()
+    return len(cores), sum(cores.values())
+
+
+async def total_threads(client: Client) -> int:
+    """Worker threads as of the client's last scheduler info (at least 1).
+
+    Read on the client's own loop: an asynchronous client answers from its
+    cache, without a round trip.
+    """
+    return int(client.scheduler_info().get("total_threads") or 1)
+
+
+async def _workers_identity(client: Client) -> dict[str, dict[str, Any]]:
+    """The scheduler's description of every connected worker, by address."""
+    identity: dict[str, Any] = await scheduler_rpc(client).identity(n_workers=-1)
+    workers: dict[str, dict[str, Any]] = identity["workers"]
+    return workers
+
+
+async def worker_facts(client: Client) -> dict[str, WorkerFacts]:
+    """Every connected worker's name, threads and memory limit, by address."""
+    return {address: WorkerFacts(str(info["name"]), int(info["nthreads"]),
+                                 int(info["memory_limit"] or 0) or None)
+            for address, info in (await _workers_identity(client)).items()}
+
+
+async def worker_names(client: Client) -> dict[str, str]:
+    """Every connected worker's name, by address."""
+    return {address: str(info["name"])
+            for address, info in (await _workers_identity(client)).items()}
+
+
+async def released_workers(client: Client) -> set[str]:
+    """Names of the workers the scheduler retired as idle (see :mod:`.release`)."""
+    names: list[str] = await getattr(scheduler_rpc(client), RELEASED_OP)()
+    return set(names)
+
+
+async def ask_workers(client: Client, fn: Callable[[], T],
+                      workers: list[str]) -> dict[str, T | BaseException]:
+    """``fn()`` run on each of ``workers``: its result, or the exception it raised."""
+    answers: dict[str, T | BaseException] = await client.run(
+        fn, workers=workers, on_error="return")
+    return answers
+
+
+def dashboard_facts_here(dask_scheduler: Scheduler) -> DashboardFacts:
+    """Run on the scheduler: its host name, where its HTTP server is bound,
+    whether that serves the dashboard, and whether bokeh is importable there."""
+    # Dask always serves some HTTP routes (health, metrics), dashboard or not,
+    # and notes on tornado's server where it bound it (tornado has no such fields).
+    server = dask_scheduler.http_server
+    return DashboardFacts(
+        host=socket.gethostname(),
+        address=str(server.address),  # type: ignore[attr-defined]
+        port=int(server.port),  # type: ignore[attr-defined]
+        served=bool(dask_scheduler.http_application.applications),
+        bokeh=importlib.util.find_spec("bokeh") is not None,
+    )
+
+
+async def dashboard_facts(client: Client) -> DashboardFacts:
+    """Where the scheduler's dashboard listens, asked of the scheduler (which may
+    be another rank on another host)."""
+    facts: DashboardFacts = await client.run_on_scheduler(dashboard_facts_here)
+    return facts

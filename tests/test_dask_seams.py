@@ -1,0 +1,428 @@
+"""Pins on the private parts of Dask that ``hpcfutures._dask`` relies on.
+
+``hpcfutures._dask`` is the one place that reaches into ``distributed``: it
+shortens ``BatchedSend.interval``, adds scheduler handlers and worker stream
+handlers, replaces the worker's ``close`` handlers, reads the scheduler's
+``queued``/``unrunnable`` and each ``WorkerState``, counts ``startstops`` and
+``suspicious`` in a scheduler plug-in, and asks the ``identity``/``ncores``
+RPCs.  None of that is Dask's public API, so a Dask release may rename any of
+it.  Each test here exercises one such seam for real, on a scheduler and
+workers in this process (one asyncio loop, 127.0.0.1, no TLS), and fails with
+a message naming the Dask attribute that changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+import pytest
+from distributed import Client, Scheduler
+from distributed.batched import BatchedSend
+from distributed.comm import CommClosedError, connect, listen
+from distributed.core import Status
+
+from hpcfutures import _dask
+from hpcfutures._dask._common import CLOSE_TIMEOUT, STREAM_INTERVAL, _hurry
+from hpcfutures._dask.cluster import dashboard_facts_here
+from hpcfutures._dask.release import IdleRelease
+from hpcfutures._facade.capacity import ask_worker_memory, host_memory
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Tasks wait at this gate, in the worker threads of this process, until a test opens it.
+GATE = threading.Event()
+
+
+def wait_at_gate(value: Any) -> Any:
+    GATE.wait(20)
+    return value
+
+
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@contextlib.contextmanager
+def seam(what: str) -> Iterator[None]:
+    """Turn Dask's missing attribute, key or argument into a failure that names the seam."""
+    try:
+        yield
+    except (AttributeError, KeyError, TypeError) as err:
+        pytest.fail(f"Dask changed {what}: {type(err).__name__}: {err}", pytrace=True)
+
+
+@pytest.fixture(autouse=True)
+def dask_log_levels() -> Iterator[None]:
+    """Ending a launch silences Dask's loggers; give them back to the other tests."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("distributed", "tornado")]
+    levels = [log.level for log in loggers]
+    GATE.clear()
+    yield
+    GATE.set()
+    for log, level in zip(loggers, levels, strict=True):
+        log.setLevel(level)
+
+
+@dataclass
+class Live:
+    """A scheduler service, its workers and a registered client, all in this process."""
+
+    service: _dask.SchedulerService
+    client: Client
+    workers: list[_dask.WorkerService] = field(default_factory=list)
+    serving: list[asyncio.Task[int | None]] = field(default_factory=list)
+
+    @property
+    def scheduler(self) -> Scheduler:
+        assert self.service._scheduler is not None
+        return self.service._scheduler
+
+    async def add_worker(self, name: str, threads: int = 1,
+                         memory_limit: str | int | None = None) -> _dask.WorkerService:
+        worker = _dask.WorkerService(self.service.address, name=name, nthreads=threads,
+                                     memory_limit=memory_limit, host="127.0.0.1",
+                                     interface=None, timeout=10)
+        await worker.join()
+        self.workers.append(worker)
+        self.serving.append(asyncio.ensure_future(worker.serve()))
+        address = self.address_of(worker)
+        with seam("WorkerState.status (Status.running once a worker may take tasks)"):
+            await self.until(lambda: self.scheduler.workers[address].status is Status.running,
+                             f"the scheduler seeing worker {name} running")
+        return worker
+
+    def address_of(self, worker: _dask.WorkerService) -> str:
+        return str(worker._worker.address)
+
+    async def until(self, condition: Any, what: str, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} did not happen within {timeout:g} s")
+            await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def live(workers: int = 1, **options: Any) -> AsyncIterator[Live]:
+    """A launch in miniature: scheduler, ``workers`` one-thread workers, the client."""
+    service = await _dask.SchedulerService(host="127.0.0.1", interface=None, **options).start()
+    cluster: Live | None = None
+    try:
+        client = await _dask.connect_client(service.address, 10)
+        cluster = Live(service, client)
+        for rank in range(workers):
+            await cluster.add_worker(f"rank-{rank + 2}")
+        yield cluster
+    finally:
+        GATE.set()
+        if cluster is not None:
+            await _dask.finish_client(cluster.client, 0, timeout=2)
+        await service.close()
+        if cluster is not None and cluster.serving:
+            await asyncio.wait(cluster.serving, timeout=CLOSE_TIMEOUT + 2)
+            for worker in cluster.workers:
+                await worker.close()
+
+
+def run(scenario: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario, 30))
+
+
+# ------------------------------------------------------------ BatchedSend.interval
+async def _delay_of_second_message(hurry: bool) -> float:
+    """Seconds a BatchedSend made with a 2 s interval holds a message sent right after another."""
+    received: asyncio.Queue[float] = asyncio.Queue()
+
+    async def handle(comm: Any) -> None:
+        with contextlib.suppress(CommClosedError):
+            while True:
+                for _ in await comm.read():
+                    received.put_nowait(time.monotonic())
+
+    async with listen("tcp://127.0.0.1:0", handle) as listener:
+        comm = await connect(listener.contact_address, timeout=5)
+        stream = BatchedSend(interval="2s")
+        if hurry:
+            _hurry(stream)
+        stream.start(comm)
+        try:
+            stream.send({"n": 1})
+            await asyncio.wait_for(received.get(), 5)
+            sent = time.monotonic()
+            stream.send({"n": 2})
+            try:
+                return await asyncio.wait_for(received.get(), 0.5) - sent
+            except asyncio.TimeoutError:
+                return math.inf
+        finally:
+            stream.abort()
+
+
+def test_hurrying_a_batched_send_shortens_its_batching_interval():
+    with seam("BatchedSend(interval=...) / BatchedSend.interval"):
+        assert hasattr(BatchedSend(interval="5ms"), "interval"), (
+            "Dask's BatchedSend has no `interval` attribute any more: _dask._hurry "
+            "silently stops shortening Dask's batching delay")
+        assert run(_delay_of_second_message(hurry=False)) > 0.5, (
+            "a BatchedSend with a 2 s interval sent its second message at once: Dask no "
+            "longer paces by `interval`, so setting it (_dask._hurry) means nothing")
+        assert run(_delay_of_second_message(hurry=True)) < 0.3, (
+            "BatchedSend.interval set by _dask._hurry did not shorten the batching delay")
+
+
+def test_every_stream_hpcfutures_hurries_is_a_batched_send_that_got_hurried():
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            (worker,) = cluster.workers
+            streams = {
+                "Client.scheduler_comm": lambda: cluster.client.scheduler_comm,
+                "Scheduler.client_comms[<client id>]":
+                    lambda: cluster.scheduler.client_comms[cluster.client.id],
+                "Scheduler.stream_comms[<worker address>]":
+                    lambda: cluster.scheduler.stream_comms[cluster.address_of(worker)],
+                "Worker.batched_stream": lambda: worker._worker.batched_stream,
+            }
+            for name, stream in streams.items():
+                with seam(name):
+                    found = stream()
+                assert isinstance(found, BatchedSend), f"Dask's {name} is no BatchedSend"
+                assert found.interval == STREAM_INTERVAL, f"Dask's {name} was not hurried"
+
+    run(scenario())
+
+
+# -------------------------------------------------- handlers and the launch's end
+def test_the_coordinators_handlers_and_hooks_carry_the_verdict_to_the_workers():
+    async def scenario() -> None:
+        async with live(workers=2) as cluster:
+            coordinator = cluster.service.coordinator
+            assert coordinator.client_seen.is_set() and (
+                coordinator.client_id == cluster.client.id), (
+                "the scheduler handler hpcfutures_register (added to Scheduler.handlers) "
+                "was not reached by the client's RPC")
+            await _dask.finish_client(cluster.client, 3, timeout=5)
+            await cluster.until(coordinator.done.is_set,
+                                "the launch ending through SchedulerPlugin.remove_client")
+            assert coordinator.verdict == 3, (
+                "hpcfutures_finish (Scheduler.handlers) did not record the client's status")
+            await cluster.until(lambda: all(w.verdict == 3 for w in cluster.workers),
+                                "every worker receiving the verdict (Scheduler.stream_comms "
+                                "-> Worker.stream_handlers['hpcfutures-verdict'])")
+
+    run(scenario())
+
+
+def test_the_workers_close_handler_is_ours_and_does_not_wait_for_running_tasks():
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            (worker,) = cluster.workers
+            assert worker._worker.stream_handlers["close"] == worker.close, (
+                "Dask's Worker.stream_handlers has no 'close' entry to replace")
+            assert worker._worker.handlers["close"] == worker.close
+            task = cluster.client.submit(wait_at_gate, 1, key="gated-x1-1", pure=False)
+            await cluster.until(lambda: worker._worker.state.executing_count == 1,
+                                "the gated task starting")
+            await _dask.finish_client(cluster.client, 0)  # as a launch ends: client first
+            started = time.monotonic()
+            await cluster.service.close()  # Dask sends {"op": "close"} down the worker's stream
+            await asyncio.wait(cluster.serving, timeout=CLOSE_TIMEOUT + 2)
+            took = time.monotonic() - started
+            assert worker._closed.is_set(), (
+                "the scheduler closed the worker without Worker.stream_handlers['close'] "
+                "(ours), so a running task may keep the rank alive")
+            # Dask's own close would wait for the task; WorkerService gives up on it
+            # only after CLOSE_TIMEOUT (5 s).
+            assert took < 3, f"closing the worker waited {took:.1f} s for its running task"
+            with seam("distributed.core.Status names read by WorkerService and IdleRelease"):
+                assert worker._worker.status.name in (
+                    "stopping", "stopped", "closing", "closed", "failed")
+                assert {s.name for s in Status} >= {
+                    "running", "closing_gracefully", "stopping", "stopped", "closing",
+                    "closed", "failed"}
+            del task
+
+    run(scenario())
+
+
+# ------------------------------------------------------------- idle release
+def test_release_counts_queued_and_unrunnable_work_as_waiting():
+    async def scenario() -> None:
+        async with live(workers=2) as cluster:
+            scheduler = cluster.scheduler
+            release = IdleRelease(scheduler, idle_after=0, keep=1, say_goodbye=print)
+            with seam("Scheduler.queued / Scheduler.unrunnable / WorkerState.processing"):
+                assert not release._busy() and len(release.idle_workers(time.monotonic())) == 2
+            keys = [f"gated-x1-{i}" for i in range(8)]
+            gated = cluster.client.map(wait_at_gate, range(8), key=keys, pure=False)
+            with seam("Scheduler.queued (root tasks beyond the workers' threads)"):
+                await cluster.until(lambda: len(scheduler.queued) == 6,
+                                    "six of eight tasks waiting in Scheduler.queued")
+                assert release._busy(), "IdleRelease did not see Scheduler.queued"
+            with seam("WorkerState.processing"):
+                assert all(ws.processing for ws in scheduler.workers.values())
+            GATE.set()
+            assert await cluster.client.gather(gated) == list(range(8))
+            gpu = cluster.client.submit(nap, 0, resources={"GPU": 1}, key="gpu-x1-1",
+                                        pure=False)
+            with seam("Scheduler.unrunnable (tasks no worker can run)"):
+                await cluster.until(lambda: len(scheduler.unrunnable) == 1,
+                                    "a task needing a GPU in Scheduler.unrunnable")
+                assert release._busy(), "IdleRelease did not see Scheduler.unrunnable"
+                assert release.idle_workers(time.monotonic()) == []
+            await cluster.client.cancel([gpu])
+
+    # Two workers of one thread each take two of the eight root tasks (a group
+    # larger than twice the threads); the other six wait in `queued`.
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        run(scenario())
+
+
+def test_release_retires_an_idle_worker_through_dask_and_keeps_the_busy_one():
+    async def scenario() -> None:
+        async with live(workers=2) as cluster:
+            busy = cluster.client.submit(wait_at_gate, "kept", key="gated-x1-1", pure=False)
+            await cluster.until(lambda: any(w._worker.state.executing_count
+                                            for w in cluster.workers), "the gated task starting")
+            release = cluster.service.release_idle_workers(idle_after=0.2, keep=1)
+            with seam("Scheduler.retire_workers / close_worker / worker_send"):
+                await cluster.until(lambda: len(release.released) == 1,
+                                    "the idle worker retiring", timeout=10)
+            idle = next(w for w in cluster.workers if not w._worker.state.executing_count)
+            assert release.released == [idle.name]
+            await cluster.until(lambda: idle.verdict == 0 and idle._closed.is_set(),
+                                "the retired worker receiving status 0 and closing")
+            assert await _dask.released_workers(cluster.client) == {idle.name}, (
+                "the hpcfutures_released handler (Scheduler.handlers) did not answer")
+            assert await _dask.worker_names(cluster.client) == {
+                cluster.address_of(w): w.name for w in cluster.workers if w is not idle}
+            GATE.set()
+            assert await busy.result() == "kept"
+
+    run(scenario())
+
+
+# ------------------------------------------------------------- the summary's ledger
+def test_the_usage_ledger_counts_calls_busy_time_and_calls_rerun_after_a_loss():
+    async def scenario() -> None:
+        async with live(workers=2) as cluster:
+            name = await _dask.start_usage(cluster.client)
+            with seam("SchedulerPlugin.transition(..., startstops=[{action, start, stop}])"):
+                assert await cluster.client.submit(nap, 0.05, key="nap-x3-1",
+                                                   pure=False).result() == 0.05
+            gated = cluster.client.submit(wait_at_gate, 7, key="gated-x2-2", pure=False)
+            scheduler = cluster.scheduler
+            await cluster.until(lambda: "gated-x2-2" in scheduler.tasks
+                                and scheduler.tasks["gated-x2-2"].processing_on is not None,
+                                "the gated task starting")
+            first = scheduler.tasks["gated-x2-2"].processing_on
+            assert first is not None
+            await scheduler.remove_worker(first.address, stimulus_id="seam-test-lost")
+            await cluster.until(lambda: scheduler.tasks["gated-x2-2"].processing_on
+                                not in (None, first), "the task moving to the other worker")
+            GATE.set()
+            assert await gated.result() == 7
+            report = await _dask.usage_report(cluster.client, name)
+            assert report is not None, "Scheduler.plugins did not hold the ledger"
+            workers = report["workers"]
+            assert sum(w["calls"] for w in workers) == 5, (
+                "calls not counted: Dask's SchedulerPlugin.transition(key, 'processing', "
+                "'memory', worker=...) hook changed, or the ledger raised in it (see the log)")
+            assert sum(w["busy"] for w in workers) >= 0.04, (
+                "no compute time counted: Dask's transition hook no longer passes "
+                "startstops=[{'action': 'compute', 'start', 'stop'}]")
+            assert report["retried"] == 2, (
+                "calls re-run after a lost worker not counted: TaskState.suspicious")
+            assert [w["lost"] for w in workers].count(True) == 1
+            assert await _dask.usage_report(cluster.client, name) is None, (
+                "Scheduler.remove_plugin(name=...) did not remove the ledger")
+
+    run(scenario())
+
+
+# ------------------------------------------------------------- what the client asks
+def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeypatch):
+    from hpcfutures._remote import memory
+
+    enforced: list[int | None] = []
+    monkeypatch.setattr(memory, "enforce", enforced.append)
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            (plain,) = cluster.workers
+            limited = await cluster.add_worker("rank-3", threads=2, memory_limit=2**30)
+            await cluster.client.wait_for_workers(2, timeout=10)
+            assert enforced == [None, 2**30], (
+                "WorkerService.join read no limit from Dask's Worker.memory_manager.memory_limit")
+            with seam("the scheduler's identity RPC: workers[addr]{name, nthreads, "
+                      "memory_limit}"):
+                facts = await _dask.worker_facts(cluster.client)
+            assert facts == {
+                cluster.address_of(plain): _dask.WorkerFacts("rank-2", 1, None),
+                cluster.address_of(limited): _dask.WorkerFacts("rank-3", 2, 2**30)}
+            with seam("the scheduler's ncores RPC"):
+                assert await _dask.cluster_size(cluster.client) == (2, 3)
+            with seam("Client.scheduler_info()['total_threads']"):
+                assert await _dask.total_threads(cluster.client) >= 1
+            with seam("Client.run(fn, workers=..., on_error='return')"):
+                answers = await _dask.ask_workers(cluster.client, host_memory,
+                                                  [cluster.address_of(plain)])
+            assert isinstance(answers[cluster.address_of(plain)], tuple)
+            memory_now = await ask_worker_memory(cluster.client)
+            assert memory_now[cluster.address_of(limited)].usable == 2**30
+            assert memory_now[cluster.address_of(plain)].host_share > 0
+            assert await _dask.released_workers(cluster.client) == set()
+
+    run(scenario())
+
+
+def test_follow_cluster_hears_workers_join_and_leave():
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            heard: list[tuple[int, int]] = []
+            await _dask.follow_cluster(cluster.client,
+                                       lambda workers, threads: heard.append((workers, threads)))
+            assert heard == [(1, 1)]
+            second = await cluster.add_worker("rank-3", threads=2)
+            with seam("Scheduler.log_event / Client.subscribe_topic / SchedulerPlugin."
+                      "add_worker"):
+                await cluster.until(lambda: heard[-1] == (2, 3), "the join being announced")
+            await second.close()
+            with seam("SchedulerPlugin.remove_worker"):
+                await cluster.until(lambda: heard[-1] == (1, 1), "the leave being announced")
+
+    run(scenario())
+
+
+# ------------------------------------------------------------- the dashboard line
+def test_dashboard_facts_read_the_schedulers_http_server():
+    async def scenario() -> None:
+        async with live(workers=0) as cluster:
+            with seam("Scheduler.http_server.address/.port, http_application.applications"):
+                facts = await _dask.dashboard_facts(cluster.client)
+            assert facts["address"] == "127.0.0.1" and facts["port"] > 0
+            assert facts["served"] is False
+        if not facts["bokeh"]:
+            return
+        service = await _dask.SchedulerService(host="127.0.0.1", interface=None,
+                                               dashboard=True,
+                                               dashboard_address="127.0.0.1:0").start()
+        try:
+            assert service._scheduler is not None
+            facts = dashboard_facts_here(service._scheduler)
+            assert facts["served"] is True, (
+                "Dask's dashboard is not among Scheduler.http_application.applications")
+        finally:
+            await service.close()
+
+    run(scenario())
