@@ -22,7 +22,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ROOT, require
+from helpers import ROOT, require
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.rst"))
@@ -64,7 +64,7 @@ def code_blocks(language: str):
                     break
                 body.append(following)
             text = textwrap.dedent("\n".join(body))
-            text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith(":"))
+            text = "\n".join(row for row in text.splitlines() if not row.lstrip().startswith(":"))
             yield page.name, number + 1, textwrap.dedent(text).strip("\n")
 
 
@@ -126,7 +126,8 @@ CLI_COMMANDS = list(_cli_commands())
 
 
 @pytest.mark.parametrize("page, line, words", CLI_COMMANDS,
-                         ids=[f"{page}:{line}:{' '.join(w)[:30]}" for page, line, w in CLI_COMMANDS])
+                         ids=[f"{page}:{line}:{' '.join(w)[:30]}"
+                              for page, line, w in CLI_COMMANDS])
 def test_cli_snippet_parses(page, line, words):
     from hpcfutures._cli import _parser
 

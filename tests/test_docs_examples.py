@@ -17,7 +17,7 @@ import time
 import uuid
 
 import pytest
-from conftest import MARKER_VAR, ROOT, assert_no_leftovers, processes_with_marker
+from helpers import MARKER_VAR, ROOT, assert_no_leftovers, kill_marked
 
 CUSTOM = ROOT / "examples" / "custom_launcher"
 #: Variables through which a real launcher could claim the test's subprocesses.
@@ -62,13 +62,12 @@ def run_toy_job(size: int, tmp_path, timeout: float = 90) -> list[tuple[int, str
         for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-        for pid, _ in processes_with_marker(marker):
-            os.kill(pid, signal.SIGKILL)
+        kill_marked(marker)
         for process in processes:
             process.wait()
         pytest.fail(f"toy job still running after {timeout} s:\n{_report(processes, logs)}")
     results = [(p.returncode, out.read_text(), err.read_text())
-               for p, (out, err) in zip(processes, logs)]
+               for p, (out, err) in zip(processes, logs, strict=True)]
     print(_report(processes, logs))  # shown by pytest if the test fails
     assert_no_leftovers(marker)
     return results
@@ -76,7 +75,7 @@ def run_toy_job(size: int, tmp_path, timeout: float = 90) -> list[tuple[int, str
 
 def _report(processes, logs) -> str:
     return "\n".join(f"--- task {rank}: status {p.returncode}\n{out.read_text()}{err.read_text()}"
-                     for rank, (p, (out, err)) in enumerate(zip(processes, logs)))
+                     for rank, (p, (out, err)) in enumerate(zip(processes, logs, strict=True)))
 
 
 @pytest.mark.timeout(120)
