@@ -16,6 +16,8 @@ import threading
 import time
 import weakref
 
+from waiting import wait_until
+
 import hpcfutures
 
 CHECKS = []
@@ -46,7 +48,7 @@ def fail_on(x, bad):
 
 
 def sleep_then(seconds, value=None):
-    time.sleep(seconds)
+    time.sleep(seconds)  # a task that takes time: the checks need one
     return value
 
 
@@ -166,6 +168,8 @@ def exceptions_keep_type_and_remote_traceback(ex):
         future.result()
     except CustomError:
         pass
+    else:
+        raise AssertionError("result() of a failed call returned instead of raising")
 
 
 @check
@@ -208,10 +212,9 @@ def cancel_works_for_tasks_not_started(ex):
 @check
 def a_task_already_sent_cannot_be_cancelled(ex):
     future = ex.submit(sleep_then, 0.5, "ran")
-    deadline = time.monotonic() + 10
-    while not (future.running() or future.done()) and time.monotonic() < deadline:
-        time.sleep(0.01)  # no event exists for "started"; bounded poll
-    assert future.running() or future.done(), "a submitted task never started"
+    # No event exists for "started": poll (wait_until fails if it never starts).
+    wait_until(lambda: future.running() or future.done(), 10, "the submitted task starting",
+               first=0.01)
     assert not future.cancel(), "a task already running reported cancelled"
     assert future.result(timeout=30) == "ran"
 

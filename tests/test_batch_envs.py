@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
+from helpers import JOBS, MARKER_VAR, ROOT, assert_no_leftovers
 
 from hpcfutures import LauncherError, NotEnoughRanksError
 from hpcfutures._launch.plan import negotiate
@@ -391,7 +391,7 @@ def test_contract_suite_on_each_environment(worlds, name):
     world = worlds[name]
     report = "\n".join(f"--- rank {rank} (status {status})\n{out}\n{err[-3000:]}"
                        for rank, (status, (out, err)) in
-                       enumerate(zip(world["statuses"], world["outputs"])))
+                       enumerate(zip(world["statuses"], world["outputs"], strict=True)))
     client = world["outputs"][1][0]
     assert "CONTRACT RESULT" in client and "FAIL " not in client, report
     assert world["statuses"] == [0] * N, report

@@ -3,8 +3,8 @@
 import time
 
 import pytest
-from conftest import MATRIX_CHECKS, child_pids, record_failure_time
 from contract import CHECKS, square
+from helpers import MATRIX_CHECKS, child_pids, record_failure_time
 
 import hpcfutures
 

@@ -19,7 +19,7 @@ import time
 import uuid
 
 import pytest
-from conftest import IN_CI, JOBS, ROOT, child_pids, require, run_job, slurm_is_up
+from helpers import IN_CI, JOBS, ROOT, child_pids, require, run_job, slurm_is_up
 
 import hpcfutures
 
@@ -213,7 +213,7 @@ def test_options_are_validated():
         with pytest.raises(ValueError, match="batch_size must be"):
             HPCFuturesDagExecutor(pool, batch_size=0)
         dag_executor = HPCFuturesDagExecutor(pool)
-        with pytest.raises(TypeError, match="unknown option.*retires"):
+        with pytest.raises(TypeError, match=r"unknown option.*retires"):
             dag_executor.execute_dag(None, retires=3)
 
 

@@ -22,7 +22,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ROOT, require
+from helpers import ROOT, require
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.rst"))

@@ -17,7 +17,7 @@ import time
 import uuid
 
 import pytest
-from conftest import MARKER_VAR, ROOT, assert_no_leftovers, processes_with_marker
+from helpers import MARKER_VAR, ROOT, assert_no_leftovers, kill_marked
 
 CUSTOM = ROOT / "examples" / "custom_launcher"
 #: Variables through which a real launcher could claim the test's subprocesses.
@@ -62,8 +62,7 @@ def run_toy_job(size: int, tmp_path, timeout: float = 90) -> list[tuple[int, str
         for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-        for pid, _ in processes_with_marker(marker):
-            os.kill(pid, signal.SIGKILL)
+        kill_marked(marker)
         for process in processes:
             process.wait()
         pytest.fail(f"toy job still running after {timeout} s:\n{_report(processes, logs)}")

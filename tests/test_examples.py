@@ -4,7 +4,7 @@ import re
 import sys
 
 import pytest
-from conftest import ROOT, hpcfutures_run, run_job
+from helpers import ROOT, hpcfutures_run, require, run_job
 
 EXAMPLES = ROOT / "examples"
 
@@ -49,8 +49,6 @@ def test_example_under_hpcfutures_run(name):
 def test_cubed_example(launch, tmp_path):
     """examples/cubed_slurm.py (needs the cubed extra; under srun: tests/test_cubed.py)."""
     import importlib.util
-
-    from conftest import require
 
     require(importlib.util.find_spec("cubed") is not None, "cubed (pip install -e '.[cubed]')")
     env = {"CUBED_WORK_DIR": str(tmp_path)}

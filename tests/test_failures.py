@@ -13,32 +13,28 @@ import time
 import uuid
 
 import pytest
-from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, record_failure_time
+from helpers import (
+    JOBS,
+    MARKER_VAR,
+    MPI_LOOPBACK,
+    ROOT,
+    Lines,
+    assert_no_leftovers,
+    have_command,
+    rank_pid,
+    record_failure_time,
+    require,
+    slurm_is_up,
+)
 
 RANK_VARS = {"run": "HPCFUTURES_RANK", "srun": "SLURM_PROCID", "mpiexec": "PMI_RANK"}
-MPI_ENV = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}
 
 
 @pytest.fixture(params=["run", "srun"])
 def launcher(request):
     if request.param == "srun":
-        from conftest import require, slurm_is_up
-
         require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
     return request.param
-
-
-def rank_pid(marker: str, rank: int, launcher: str = "run") -> int:
-    wanted = {f"{MARKER_VAR}={marker}".encode(), f"{RANK_VARS[launcher]}={rank}".encode()}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                environ = set(open(f"/proc/{entry}/environ", "rb").read().split(b"\0"))
-            except OSError:
-                continue
-            if wanted <= environ:
-                return int(entry)
-    raise AssertionError(f"no process for rank {rank}")
 
 
 class Launch:
@@ -50,7 +46,7 @@ class Launch:
             command = ["srun", f"-n{n}", "-J", self.name, sys.executable, str(JOBS / job)]
         elif launcher == "mpiexec":
             command = ["mpiexec", "-n", str(n), sys.executable, str(JOBS / job)]
-            env = {**MPI_ENV, **(env or {})}
+            env = {**MPI_LOOPBACK, **(env or {})}
         else:
             command = [sys.executable, "-m", "hpcfutures", "run", "-n", str(n),
                        sys.executable, str(JOBS / job)]
@@ -58,28 +54,29 @@ class Launch:
             command, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: self.marker,
                  "HPCFUTURES_HOST": "127.0.0.1", **(env or {})})
+        self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
 
-    def wait_ready(self) -> None:
-        line = self.process.stdout.readline()
-        assert line.strip() == "READY", line
+    def wait_ready(self, timeout: float = 60) -> None:
+        self.out.wait_for("READY", timeout)
 
     def kill_rank(self, rank: int) -> float:
-        os.kill(rank_pid(self.marker, rank, self.launcher), signal.SIGKILL)
+        os.kill(rank_pid(self.marker, rank, RANK_VARS[self.launcher]), signal.SIGKILL)
         return time.monotonic()
 
     def finish(self, timeout: float) -> tuple[int, str, str]:
         try:
-            out, err = self.process.communicate(timeout=timeout)
+            self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            out, err = self.process.communicate()
-            pytest.fail(f"the launch did not end within {timeout} s:\n{out}\n{err}")
+            self.process.wait()
+            pytest.fail(f"the launch did not end within {timeout} s:\n"
+                        f"{self.out.rest()}\n{self.err.rest()}")
         finally:
             if self.launcher == "srun":
                 subprocess.run(["scancel", "--name", self.name], capture_output=True,
                                timeout=30)
             assert_no_leftovers(self.marker)
-        return self.process.returncode, out, err
+        return self.process.returncode, self.out.rest(), self.err.rest()
 
 
 @pytest.mark.timeout(90)
@@ -87,7 +84,7 @@ def test_client_killed_the_other_ranks_exit_within_30_s(launcher):
     launch = Launch(launcher, 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
     launch.wait_ready()
     killed_at = launch.kill_rank(1)
-    code, out, err = launch.finish(timeout=60)
+    code, _, _ = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
     record_failure_time("client SIGKILLed: other ranks exit", launcher, elapsed)
     assert code != 0
@@ -141,13 +138,11 @@ def test_all_workers_killed_pending_futures_fail_with_broken_executor(launcher):
 def test_under_mpiexec_a_killed_rank_ends_the_whole_job_promptly(rank, role):
     """MPI's own rule: when one rank dies, mpiexec ends every rank.  No task
     can be retried there, but nothing hangs and nothing is left behind."""
-    from conftest import have_command, require
-
     require(have_command("mpiexec"), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
     launch = Launch("mpiexec", 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
     launch.wait_ready()
     killed_at = launch.kill_rank(rank)
-    code, out, err = launch.finish(timeout=60)
+    code, _, _ = launch.finish(timeout=60)
     elapsed = time.monotonic() - killed_at
     record_failure_time(f"{role} SIGKILLed under mpiexec: job ends", "mpiexec", elapsed)
     assert code != 0
@@ -158,14 +153,12 @@ def test_under_mpiexec_a_killed_rank_ends_the_whole_job_promptly(rank, role):
 def test_sigterm_to_mpiexec_stops_every_rank():
     """The SIGTERM row under MPI (scancel and `hpcfutures run` have theirs in
     test_slurm.py and test_local_launcher.py): Hydra passes the signal on."""
-    from conftest import have_command, require
-
     require(have_command("mpiexec"), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
     launch = Launch("mpiexec", 4, "block_job.py", {"HPCFUTURES_TIMEOUT": "30"})
     launch.wait_ready()
     signalled_at = time.monotonic()
     launch.process.send_signal(signal.SIGTERM)
-    code, out, err = launch.finish(timeout=60)
+    code, _, _ = launch.finish(timeout=60)
     elapsed = time.monotonic() - signalled_at
     record_failure_time("SIGTERM to the launch", "mpiexec", elapsed)
     assert code != 0

@@ -2,15 +2,24 @@
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
+import uuid
 
 import pytest
-from conftest import JOBS, ROOT, contract_passed, hpcfutures_run, record_failure_time, run_job
+from helpers import (
+    JOBS,
+    MARKER_VAR,
+    ROOT,
+    Lines,
+    assert_no_leftovers,
+    contract_passed,
+    hpcfutures_run,
+    record_failure_time,
+    run_job,
+)
 
 CONTRACT = JOBS / "contract_job.py"
 
@@ -50,47 +59,25 @@ class _Rank:
     whose stderr is read line by line as it comes."""
 
     def __init__(self, rank: int, size: int, launch_id: str, env: dict, marker: str):
-        from conftest import MARKER_VAR
-
-        self.lines: "queue.Queue[str]" = queue.Queue()
-        self.err: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, str(CONTRACT)], cwd=ROOT, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), **env, MARKER_VAR: marker,
                  "HPCFUTURES_RANK": str(rank), "HPCFUTURES_SIZE": str(size),
                  "HPCFUTURES_LAUNCH_ID": launch_id})
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stderr:
-            self.err.append(line)
-            self.lines.put(line)
+        self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
 
     def wait_for(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if text in self.lines.get(timeout=max(0.0, deadline - time.monotonic())):
-                    return
-            except queue.Empty:
-                break
-        raise AssertionError(f"{text!r} not seen in {timeout} s:\n{''.join(self.err)}")
+        self.err.wait_for(text, timeout)
 
     def finish(self, timeout: float) -> tuple[int, str]:
-        out, _ = self.process.communicate(timeout=timeout)
-        self.reader.join(timeout)
-        return self.process.returncode, out
+        self.process.wait(timeout)
+        return self.process.returncode, self.out.rest(timeout)
 
 
 @pytest.mark.timeout(120)
 def test_stale_scheduler_file_with_same_launch_id_is_ignored(tmp_path):
     """A file left by an earlier run (same id, dead address) must not stop this one."""
-    import uuid
-
-    from conftest import assert_no_leftovers
-
     launch, marker = "stale-test", uuid.uuid4().hex
     path = tmp_path / "sched.json"
     stale = {"hpcfutures": 1, "address": "tcp://127.0.0.1:9", "launch_id": f"run-{launch}",
@@ -137,26 +124,25 @@ def test_worker_that_never_finds_a_scheduler_times_out_clearly(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_run_forwards_signals_and_everything_stops(signum):
-    import uuid
-
-    from conftest import MARKER_VAR, assert_no_leftovers
-
     marker = uuid.uuid4().hex
     process = subprocess.Popen(
         [sys.executable, "-m", "hpcfutures", "run", "-n", "3", sys.executable,
          str(JOBS / "block_job.py")],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: marker})
+    out, err = Lines(process.stdout), Lines(process.stderr)
     try:
-        assert process.stdout.readline().strip() == "READY"
+        out.wait_for("READY", timeout=40)
         started = time.monotonic()
         process.send_signal(signum)
-        out, err = process.communicate(timeout=30)
+        process.wait(30)
+        out.rest(30)  # every copy has closed the pipes: all have ended
+        err.rest(30)
         elapsed = time.monotonic() - started
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode != 0, (out, err)
+    assert process.returncode != 0, (out.text(), err.text())
     assert elapsed < 10, f"stopping took {elapsed:.1f} s"
     record_failure_time(f"{signal.Signals(signum).name} to the launch", "run", elapsed)
     assert_no_leftovers(marker)
@@ -166,7 +152,7 @@ def test_run_forwards_signals_and_everything_stops(signum):
 def test_run_reports_a_failed_copy_and_ends_stragglers():
     code = ("import os, sys, time\n"
             "rank = int(os.environ['HPCFUTURES_RANK'])\n"
-            "if rank == 0: time.sleep(300)\n"
+            "if rank == 0: time.sleep(300)\n"  # a straggler: run must end it
             "sys.exit(3 if rank == 2 else 0)\n")
     job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "3", "--grace", "1",
                    sys.executable, "-c", code], timeout=30)
@@ -259,21 +245,26 @@ def test_run_ends_copies_that_ignore_a_forwarded_signal():
     code = ("import os, signal, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "os.write(1, b'READY\\n')\n"  # one write: the two copies share the pipe
-            "time.sleep(300)\n")
+            "time.sleep(300)\n")  # the copy never ends by itself: run must end it
+    marker = uuid.uuid4().hex
     process = subprocess.Popen(
         [sys.executable, "-m", "hpcfutures", "run", "-n", "2", "--grace", "1",
          sys.executable, "-c", code],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: marker})
+    out, err = Lines(process.stdout), Lines(process.stderr)
     try:
-        assert process.stdout.readline().strip() == "READY"
-        assert process.stdout.readline().strip() == "READY"
+        out.wait_for("READY", timeout=40, count=2)
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=30)
+        process.wait(30)
+        out.rest(30)  # every copy has closed the pipes: all have ended
+        err.rest(30)
+        elapsed = time.monotonic() - started
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode != 0
-    assert time.monotonic() - started < 10
-    assert "after the signal" in err
+    assert elapsed < 10, f"stopping took {elapsed:.1f} s"
+    assert "after the signal" in err.text()
+    assert_no_leftovers(marker)

@@ -13,8 +13,9 @@ import sys
 import time
 
 import pytest
-from conftest import (
+from helpers import (
     JOBS,
+    MPI_LOOPBACK,
     have_command,
     hpcfutures_run,
     record_failure_time,
@@ -102,4 +103,4 @@ def test_under_srun():
 def test_under_mpiexec():
     require(have_command("mpiexec"), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
     check(run_job(["mpiexec", "-n", "4", sys.executable, JOBS / "memory_job.py"],
-                  env={**LIMIT_ENV, "UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}), "mpiexec")
+                  env={**LIMIT_ENV, **MPI_LOOPBACK}), "mpiexec")

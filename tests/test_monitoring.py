@@ -12,14 +12,22 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
+import typing
 import urllib.request
 import uuid
 
 import pytest
-from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, hpcfutures_run, require
-from contract import fail_on, square
+from contract import CustomError, fail_on, square
+from helpers import (
+    JOBS,
+    MARKER_VAR,
+    ROOT,
+    Lines,
+    assert_no_leftovers,
+    hpcfutures_run,
+    rank_pid,
+    require,
+)
 
 import hpcfutures
 from hpcfutures._support.config import resolve_settings
@@ -58,7 +66,7 @@ def test_monitoring_settings_are_off_by_default_and_follow_precedence():
 
 
 def test_a_bad_progress_value_names_the_variable():
-    with pytest.raises(hpcfutures.ConfigurationError, match="HPCFUTURES_PROGRESS.*'always'"):
+    with pytest.raises(hpcfutures.ConfigurationError, match=r"HPCFUTURES_PROGRESS.*'always'"):
         resolve_settings(environ={"HPCFUTURES_PROGRESS": "sometimes"}, dask_config={})
 
 
@@ -125,7 +133,7 @@ def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     from hpcfutures._facade.roster import WorkerRoster
 
     class Scheduler:
-        workers: dict = {}
+        workers: typing.ClassVar[dict] = {}
 
         async def identity(self, n_workers):
             return {"workers": self.workers}
@@ -188,8 +196,8 @@ def test_progress_keeps_order_timeout_and_the_exception_position(ex, capsys):
     assert seen == list(range(7))
     from contract import sleep_then
 
-    results = ex.map(sleep_then, [0.0, 5.0], timeout=0.5, progress="always")
-    assert next(results) is None
+    results = ex.map(sleep_then, [0.0, 5.0], ["first", "late"], timeout=0.5, progress="always")
+    assert next(results) == "first"
     with pytest.raises(TimeoutError):
         next(results)
     results.close()
@@ -227,7 +235,7 @@ def test_summary_counts_user_calls_not_dask_tasks(capsys):
         futures = [executor.submit(square, x) for x in range(20)]
         failing = executor.submit(raise_custom)
         assert [f.result(timeout=30) for f in futures] == [x * x for x in range(20)]
-        assert failing.exception(timeout=30) is not None
+        assert isinstance(failing.exception(timeout=30), CustomError)
     err = capsys.readouterr().err
     head, _, *rows, total = err.strip().splitlines()
     assert head.startswith("hpcfutures summary: 321 calls run, 1 failed; wall time"), err
@@ -255,20 +263,9 @@ def test_dashboard_line_has_a_loopback_address_that_answers_and_summary_names_ra
     process, marker = _start(4, "watch", {
         "HPCFUTURES_DASHBOARD": "1", "HPCFUTURES_DASHBOARD_ADDRESS": "127.0.0.1:0",
         "HPCFUTURES_SUMMARY": "1", "MONITOR_RELEASE": str(release)})
-    lines: list[str] = []
-    found = threading.Event()
-
-    def read() -> None:
-        for line in process.stderr:
-            lines.append(line)
-            if "Dask dashboard at" in line:
-                found.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    stdout, stderr = Lines(process.stdout), Lines(process.stderr)
     try:
-        assert found.wait(60), "".join(lines)
-        (line,) = [l for l in lines if "Dask dashboard at" in l]
+        line = stderr.wait_for("Dask dashboard at", timeout=60)
         url = re.search(r"(http://127\.0\.0\.1:\d+/status)", line).group(1)
         port = url.split(":")[2].split("/")[0]
         assert f"ssh -L {port}:127.0.0.1:{port} " in line
@@ -276,14 +273,12 @@ def test_dashboard_line_has_a_loopback_address_that_answers_and_summary_names_ra
             assert answer.status == 200
             assert b"bokeh" in answer.read().lower()
         release.touch()
-        out = process.stdout.read()  # stderr belongs to the reader thread
         process.wait(timeout=60)
     finally:
         release.touch()
         if process.poll() is None:
             process.kill()
-    reader.join(10)
-    err = "".join(lines)
+    out, err = stdout.rest(), stderr.rest()
     assert process.returncode == 0, (out, err)
     assert "MAPPED" in out
     assert err.count("Dask dashboard at") == 1, err
@@ -321,7 +316,7 @@ def test_a_failing_run_points_at_the_rank_and_its_log_file(tmp_path):
     last = job.stderr.strip().splitlines()[-1]
     assert last == f"hpcfutures run: rank 2 (worker) failed first, exit status 3; read {log}"
     # the client also named the lost worker, and where to read about it
-    assert f"rank 2 (worker) left the launch before the end" in job.stderr, job
+    assert "rank 2 (worker) left the launch before the end" in job.stderr, job
     assert job.stderr.count(str(log)) == 2
 
 
@@ -334,13 +329,15 @@ def test_a_dead_scheduler_is_named_with_its_log_file(tmp_path):
          str(JOBS / "block_job.py")],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: marker, **env})
+    stdout, stderr = Lines(process.stdout), Lines(process.stderr)
     try:
-        assert process.stdout.readline().strip() == "READY"
-        os.kill(_rank_pid(marker, 0), 9)
-        out, err = process.communicate(timeout=60)
+        stdout.wait_for("READY", timeout=60)
+        os.kill(rank_pid(marker, 0), 9)
+        process.wait(60)
     finally:
         if process.poll() is None:
             process.kill()
+    out, err = stdout.rest(), stderr.rest()
     (launch_dir,) = tmp_path.iterdir()
     log = launch_dir / "rank-0-scheduler.log"
     assert "CLIENT SAW BrokenHPCExecutor" in out, (out, err)
@@ -348,18 +345,3 @@ def test_a_dead_scheduler_is_named_with_its_log_file(tmp_path):
     assert f"hpcfutures run: rank 0 (scheduler) failed first, killed by SIGKILL; read {log}" in err
     assert_no_leftovers(marker)
 
-
-def _rank_pid(marker: str, rank: int) -> int:
-    wanted = {f"{MARKER_VAR}={marker}".encode(), f"HPCFUTURES_RANK={rank}".encode()}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/environ", "rb") as handle:
-                        if wanted <= set(handle.read().split(b"\0")):
-                            return int(entry)
-                except OSError:
-                    continue
-        time.sleep(0.1)
-    raise AssertionError(f"no process for rank {rank}")

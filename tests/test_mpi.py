@@ -3,7 +3,7 @@
 The unit tests need no MPI.  The real ones use the MPICH wheel's ``mpiexec``
 from PATH and mpi4py (``pip install mpi4py mpich``): they skip on a laptop
 without them and fail under CI=true.  Every launched job has a deadline and
-a leftover-process check (conftest.run_job).
+a leftover-process check (helpers.run_job).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import sys
 import time
 
 import pytest
-from conftest import (
+from helpers import (
     JOBS,
+    MPI_LOOPBACK,
     ROOT,
     contract_passed,
-    have_command,
+    have_mpi,
     record_failure_time,
     require,
     run_job,
@@ -219,21 +220,12 @@ def test_a_scheduler_that_never_broadcasts_is_a_timeout_naming_mpi():
 
 
 # ======================================================= real MPI, real Slurm
-#: Keep MPI (UCX) and Hydra on loopback, as ci/mpi-check.sh does.
-MPI_ENV = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo", "HPCFUTURES_TIMEOUT": "60"}
-
-
-def _have_mpi() -> bool:
-    if not have_command("mpiexec"):
-        return False
-    import importlib.util
-
-    return importlib.util.find_spec("mpi4py") is not None
+MPI_ENV = {**MPI_LOOPBACK, "HPCFUTURES_TIMEOUT": "60"}
 
 
 @pytest.fixture
 def real_mpi():
-    require(_have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
 
 
 @pytest.fixture
@@ -314,7 +306,7 @@ def test_scheduler_that_never_appears_is_a_timeout_not_a_hang(real_mpi):
     script = ("import os, sys, time\n"
               "if os.environ['PMI_RANK'] == '0':\n"
               "    from mpi4py import MPI\n"
-              "    time.sleep(40); sys.exit(0)\n"
+              "    time.sleep(40); sys.exit(0)\n"  # the behaviour: a rank that never serves
               "import hpcfutures\n"
               "hpcfutures.MPIExecutor()\n")
     job = run_job(["mpiexec", "-n", "3", sys.executable, "-c", script],
@@ -354,7 +346,7 @@ def test_a_worker_that_comes_after_the_end_leaves_with_status_0(real_mpi, delay)
     ended the job had the scheduler died, so its silence means "finished"."""
     script = ("import os, sys, time\n"
               "if os.environ['PMI_RANK'] == '3':\n"
-              f"    time.sleep({delay})\n"
+              f"    time.sleep({delay})\n"  # the behaviour: a worker that comes this late
               "import hpcfutures\n"
               "with hpcfutures.MPIExecutor() as ex:\n"
               "    print('RESULT', ex.submit(abs, -2).result(), flush=True)\n")

@@ -18,14 +18,18 @@ import types
 import uuid
 
 import pytest
-from conftest import (
+from helpers import (
     JOBS,
     MARKER_VAR,
     ROOT,
+    Batch,
+    Lines,
     assert_no_leftovers,
+    job_facts,
     processes_with_marker,
     require,
     slurm_is_up,
+    wait_until,
 )
 
 import hpcfutures
@@ -83,7 +87,7 @@ def test_nobody_is_idle_while_work_waits_or_before_a_client_came():
 
 # ------------------------------------------------------------- real launches
 def nap(seconds):
-    time.sleep(seconds)
+    time.sleep(seconds)  # a task that takes time: the behaviour these tests need
     return seconds
 
 
@@ -96,9 +100,8 @@ def test_laptop_idle_workers_retire_while_the_client_goes_on(caplog):
     with hpcfutures.Executor(max_workers=3, release_idle_after=0.5, min_workers=1) as ex:
         assert list(ex.map(nap, [0.2] * 6)) == [0.2] * 6
         narrow = ex.submit(nap, 4)  # holds one worker while the others go idle
-        deadline = time.monotonic() + 20
-        while worker_count(ex) > 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: worker_count(ex), 20, "the idle workers retiring",
+                   done=lambda count: count <= 1)
         assert worker_count(ex) == 1
         assert narrow.result(timeout=30) == 4  # the busy worker was kept
         assert list(ex.map(abs, [-1, -2])) == [1, 2]
@@ -106,22 +109,7 @@ def test_laptop_idle_workers_retire_while_the_client_goes_on(caplog):
 
 
 def rank_alive(marker: str, rank: int) -> bool:
-    wanted = {f"{MARKER_VAR}={marker}".encode(), f"HPCFUTURES_RANK={rank}".encode()}
-    for pid, _ in processes_with_marker(marker):
-        try:
-            if wanted <= set(open(f"/proc/{pid}/environ", "rb").read().split(b"\0")):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout} s")
-        time.sleep(0.1)
+    return bool(processes_with_marker(marker, HPCFUTURES_RANK=str(rank)))
 
 
 @pytest.mark.timeout(120)
@@ -132,21 +120,21 @@ def test_under_hpcfutures_run_released_ranks_exit_0_and_the_launch_succeeds(tmp_
          str(JOBS / "release_job.py"), "4", str(go)],
         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, **RELEASE_ENV, "PYTHONPATH": str(ROOT), MARKER_VAR: marker})
+    stdout, stderr = Lines(process.stdout), Lines(process.stderr)
     try:
-        for line in process.stdout:
-            if "NARROW STAGE STARTED" in line:
-                break
+        stdout.wait_for("NARROW STAGE STARTED", timeout=90)
         workers = [2, 3, 4, 5]
         # All but one worker rank leave (one runs the narrow stage), the client stays.
-        wait_until(lambda: sum(rank_alive(marker, r) for r in workers) == 1, 30,
-                   "three idle worker ranks exiting")
+        wait_until(lambda: sum(rank_alive(marker, r) for r in workers), 30,
+                   "three idle worker ranks exiting", done=lambda alive: alive == 1)
         assert rank_alive(marker, 1), "the client rank ended early"
         go.touch()
-        out, err = process.communicate(timeout=60)
+        process.wait(60)
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            process.wait()
+    out, err = stdout.rest(), stderr.rest()
     assert "NARROW STAGE OK" in out and "AFTER RELEASE OK" in out, (out, err)
     assert process.returncode == 0, (out, err)  # released ranks exited 0
     assert_no_leftovers(marker)
@@ -160,8 +148,6 @@ ARRAY_SCRIPT = "exec python3 {job} 4 {go}\n"
 def test_sbatch_array_idle_elements_complete_while_the_client_runs(tmp_path):
     """sbatch --array=0-5: 0 scheduler, 1 client, 2-5 workers; 3 of them are released."""
     require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
-    from test_slurm import Batch, job_facts
-
     env = {**RELEASE_ENV, "HPCFUTURES_SCHEDULER_FILE": str(tmp_path / "sched-{launch_id}.json"),
            "HPCFUTURES_TIMEOUT": "60", "HPCFUTURES_ARRAY_TIMEOUT": "60"}
     batch, go = Batch(tmp_path, env), tmp_path / "go"
@@ -170,13 +156,15 @@ def test_sbatch_array_idle_elements_complete_while_the_client_runs(tmp_path):
                            "--array=0-5", "-o", str(tmp_path / "out_%a.out"))
         client_out = tmp_path / "out_1.out"
         wait_until(lambda: client_out.exists() and "NARROW STAGE STARTED" in
-                   client_out.read_text(), 90, "the narrow stage starting")
+                   client_out.read_text(), 90, "the narrow stage starting",
+                   details=batch.outputs)
 
         def completed() -> list[int]:
             return [e for e in range(2, 6)
                     if job_facts(f"{job}_{e}").get("JobState") == "COMPLETED"]
 
-        wait_until(lambda: len(completed()) == 3, 30, "three idle elements completing")
+        wait_until(completed, 30, "three idle elements completing",
+                   done=lambda elements: len(elements) == 3, details=batch.outputs)
         assert job_facts(f"{job}_1")["JobState"] == "RUNNING", batch.outputs()
         released = completed()
         go.touch()
@@ -197,8 +185,6 @@ def test_sbatch_array_idle_elements_complete_while_the_client_runs(tmp_path):
 @pytest.mark.timeout(150)
 def test_example_array_script_releases_workers_before_the_client_ends(tmp_path):
     require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
-    from test_slurm import Batch
-
     env = {"HPCFUTURES_SCHEDULER_FILE": str(tmp_path / "sched-{launch_id}.json"),
            "HPCFUTURES_HOST": "127.0.0.1", "HPCFUTURES_RELEASE_IDLE_AFTER": "1"}
     batch = Batch(tmp_path, env)

@@ -3,8 +3,8 @@
 import socket
 
 import pytest
-from conftest import outsider_refused
 from contract import square
+from helpers import outsider_refused
 
 import hpcfutures
 
@@ -23,8 +23,6 @@ def secured():
 def test_scheduler_speaks_tls_by_default(secured):
     assert _scheduler_address(secured).startswith("tls://127.0.0.1:")
     assert secured.submit(square, 5).result(timeout=30) == 25
-
-
 
 
 def test_a_dask_client_without_credentials_cannot_connect(secured):

@@ -22,7 +22,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, have_command, require
+from helpers import (
+    JOBS,
+    MARKER_VAR,
+    ROOT,
+    TESTS,
+    assert_no_leftovers,
+    have_command,
+    require,
+    wait_until,
+)
 
 JOB_USER = os.environ.get("SGE_JOB_USER", "hpcuser")
 #: Seconds a job array may take from qsub to leaving qstat (queueing included).
@@ -65,7 +74,8 @@ def cluster():
     shutil.copytree(ROOT / "hpcfutures", tree / "hpcfutures",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (tree / "tests").mkdir()
-    shutil.copy(ROOT / "tests" / "contract.py", tree / "tests" / "contract.py")
+    for module in ("contract.py", "waiting.py"):  # what the job scripts import
+        shutil.copy(TESTS / module, tree / "tests" / module)
     shutil.copytree(JOBS, tree / "tests" / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
     _chown_tree(tree)
     yield python, tree
@@ -109,12 +119,12 @@ class Array:
 
     def wait(self, deadline: float = JOB_DEADLINE) -> None:
         """Poll qstat until the job has left it."""
-        end = time.monotonic() + deadline
-        while self.in_qstat():
-            if time.monotonic() > end:
-                _sge("qdel", "-f", self.job, check=False)
-                pytest.fail(f"job {self.job} still in qstat after {deadline:g} s:\n{self.report()}")
-            time.sleep(0.25)
+        try:
+            wait_until(self.in_qstat, deadline, f"job {self.job} to leave qstat",
+                       done=lambda listed: not listed, details=self.report)
+        except AssertionError:
+            _sge("qdel", "-f", self.job, check=False)
+            raise
 
     def in_qstat(self) -> bool:
         listing = subprocess.run(["qstat", "-u", "*"], capture_output=True, text=True,
@@ -123,16 +133,9 @@ class Array:
 
     def accounting(self, tasks: set[int]) -> dict[int, dict[str, str]]:
         """qacct's record of each task in ``tasks``, polled until all are there."""
-        end = time.monotonic() + ACCOUNTING_DEADLINE
-        while True:
-            records = _qacct(self.job)
-            if tasks <= set(records):
-                return records
-            if time.monotonic() > end:
-                pytest.fail(f"qacct has records for tasks {sorted(records)} of job {self.job}, "
-                            f"not {sorted(tasks)}, after {ACCOUNTING_DEADLINE:g} s:\n"
-                            f"{self.report()}")
-            time.sleep(0.5)
+        return wait_until(lambda: _qacct(self.job), ACCOUNTING_DEADLINE,
+                          f"qacct records of tasks {sorted(tasks)} of job {self.job}",
+                          done=lambda records: tasks <= set(records), details=self.report)
 
     def output(self, task: int) -> str:
         path = self.out / f"out.{task}"
@@ -254,7 +257,7 @@ def test_job_script_runs_standalone_on_its_slots(array):
 @pytest.mark.timeout(120)
 def test_tombstone_of_an_earlier_array_with_the_same_job_id_is_ignored(array):
     """Job numbers restart at 1 on a fresh cluster: an old end marker must not end this array."""
-    job = array("stale", CONTRACT_CHECKS="map_keeps_order")
+    job = array("stale", CONTRACT_CHECKS="map_keeps_order", CONTRACT_LOG_INFO="1")
     job.submit("-h", "-t", "1-3", "-b", "y", "-shell", "no", job.python,
                str(job.tree / "tests" / "jobs" / "contract_job.py"))
     stale = {"hpcfutures": 1, "address": "", "launch_id": f"sge-{job.job}-array",
@@ -263,10 +266,12 @@ def test_tombstone_of_an_earlier_array_with_the_same_job_id_is_ignored(array):
     job.schedfile.write_text(json.dumps(stale))
     job.schedfile.chmod(0o600)
     _chown_tree(job.out)
-    # The client and the worker start first and find only the old marker; the scheduler
-    # (task 1) follows a little later -- a deliberate delay, not a synchronisation.
+    # The client and the worker start first and find only the old marker (they log that
+    # they ignore it); only then does the scheduler (task 1) start.
     _sge("qrls", job.job, "-t", "2-3")
-    time.sleep(2.0)
+    for task in (2, 3):
+        wait_until(lambda task=task: "earlier array" in job.output(task), 60,
+                   f"task {task} ignoring the earlier array's end marker", details=job.report)
     _sge("qrls", job.job, "-t", "1")
     job.wait()
     records = job.accounting({1, 2, 3})

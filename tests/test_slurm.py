@@ -12,23 +12,23 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import signal
-import socket
 import subprocess
-import threading
 import time
 import uuid
 
 import pytest
-from conftest import (
+from helpers import (
     MARKER_VAR,
     ROOT,
+    Batch,
+    Lines,
     assert_no_leftovers,
+    closed_port,
     contract_passed,
-    processes_with_marker,
     record_failure_time,
+    require,
     run_job,
     slurm_is_up,
 )
@@ -38,15 +38,11 @@ from hpcfutures.launchers import SchedulerInfo
 pytestmark = [pytest.mark.slurm]
 
 JOB = "tests/jobs/slurm_job.py"
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 SUM_100 = sum(x * x for x in range(100))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def slurm():
-    from conftest import require
-
     require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
 
 
@@ -77,46 +73,6 @@ def left_files(tmp_path):
 
 
 # ------------------------------------------------------------ batch jobs
-class Batch:
-    """Jobs submitted with sbatch by one test; whatever is left is cancelled at the end."""
-
-    def __init__(self, tmp_path, env):
-        self.tmp_path, self.marker = tmp_path, uuid.uuid4().hex
-        self.env = {**os.environ, **env, MARKER_VAR: self.marker,
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                 os.environ.get("PYTHONPATH")]))}
-        self.jobs: list[str] = []
-
-    def submit(self, script, *options) -> str:
-        path = self.tmp_path / "job.sh"
-        path.write_text("#!/bin/bash\n" + script)
-        result = subprocess.run(["sbatch", "--parsable", *options, str(path)], cwd=ROOT,
-                                env=self.env, capture_output=True, text=True, timeout=30)
-        assert result.returncode == 0, result.stderr
-        self.jobs.append(result.stdout.strip().split(";")[0])
-        return self.jobs[-1]
-
-    def wait(self, job_id, states=FINAL_STATES, timeout=90.0) -> dict[str, str]:
-        """Poll ``scontrol show job`` until the job is in one of ``states``."""
-        deadline, delay = time.monotonic() + timeout, 0.05
-        while True:
-            facts = job_facts(job_id)
-            if facts.get("JobState") in states:
-                return facts
-            if time.monotonic() >= deadline:
-                pytest.fail(f"job {job_id} still {facts} after {timeout} s\n{self.outputs()}")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
-
-    def outputs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()}"
-                         for p in sorted(self.tmp_path.glob("*.out")))
-
-    def cancel_all(self) -> None:
-        for job in self.jobs:
-            subprocess.run(["scancel", job], capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def batch(tmp_path, env):
     jobs = Batch(tmp_path, env)
@@ -124,12 +80,6 @@ def batch(tmp_path, env):
     jobs.cancel_all()
     print(jobs.outputs())  # shown when the test failed
     assert_no_leftovers(jobs.marker, grace=15)
-
-
-def job_facts(job_id) -> dict[str, str]:
-    result = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
-                            text=True, timeout=30)
-    return dict(re.findall(r"\b(JobState|ExitCode|JobId)=(\S+)", result.stdout))
 
 
 def cluster_name() -> str:
@@ -143,12 +93,6 @@ def write_stale(path, launch_id, **fields) -> None:
     """A scheduler file as an earlier cluster start would have left it."""
     path.write_text(SchedulerInfo(launch_id=launch_id, **fields).to_json())
     path.chmod(0o600)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ------------------------------------------------------- srun, in the foreground
@@ -218,27 +162,13 @@ class LiveJob:
         self.process = subprocess.Popen(command, cwd=ROOT, env=full_env, text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        self.lines: list[str] = []
-        self._new = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            self.lines.append(line)
-            self._new.put(line)
-        self._new.put(None)
+        self.output = Lines(self.process.stdout)
 
     def text(self) -> str:
-        return "".join(self.lines)
+        return self.output.text()
 
     def wait_for(self, text, timeout):
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            try:
-                if self._new.get(timeout=max(0.0, deadline - time.monotonic())) is None:
-                    pytest.fail(f"the job ended before printing {text!r}:\n{self}")
-            except queue.Empty:
-                pytest.fail(f"no {text!r} within {timeout} s:\n{self}")
+        self.output.wait_for(text, timeout)
 
     def wait(self, timeout) -> int:
         try:

@@ -7,7 +7,7 @@ import hpcfutures
 
 
 def nap(seconds):
-    time.sleep(seconds)
+    time.sleep(seconds)  # the long task the fault and signal tests interrupt
     return seconds
 
 

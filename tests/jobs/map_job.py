@@ -6,7 +6,7 @@ import hpcfutures
 
 
 def slow_square(x):
-    time.sleep(0.25)
+    time.sleep(0.25)  # slow enough that the map is still running when a worker dies
     return x * x
 
 

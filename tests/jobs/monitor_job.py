@@ -7,18 +7,22 @@ Modes (only the client runs them; options come from HPCFUTURES_* variables):
               visit the dashboard while the launch runs
 * ``losing``  map calls one of which ends worker rank 2's process (status 3);
               the map still completes on the other worker; print ``RESULTS OK``
-              and wait a few seconds, so the client notices the lost rank
+              and wait (at most 10 s) until the client has noticed the lost rank
 """
 
 import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from waiting import wait_until
+
 import hpcfutures
 
 
 def nap(x):
-    time.sleep(0.02)
+    time.sleep(0.02)  # short calls that still take time, for the progress and summary
     return x
 
 
@@ -26,7 +30,7 @@ def die_on_rank_2(x):
     if os.environ.get("HPCFUTURES_RANK") == "2":
         time.sleep(1)  # a worker that dies while working, not the instant it joins
         os._exit(3)
-    time.sleep(0.05)
+    time.sleep(0.05)  # so that rank 2 gets calls before the map is done
     return x
 
 
@@ -36,13 +40,13 @@ def main(mode):
             assert list(ex.map(nap, range(60))) == list(range(60))
             print("MAPPED", flush=True)
             release = os.environ["MONITOR_RELEASE"]
-            deadline = time.monotonic() + 60
-            while not os.path.exists(release) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: os.path.exists(release), 60, f"the test to create {release}")
         elif mode == "losing":
             assert list(ex.map(die_on_rank_2, range(40))) == list(range(40))
             print("RESULTS OK", flush=True)
-            time.sleep(4)  # the client checks on its workers every half second
+            # The client checks on its workers every half second, then names the lost one.
+            wait_until(lambda: "rank-2" in ex._bridge.roster.lost, 10,
+                       "the client noticing that worker rank 2 left")
 
 
 if __name__ == "__main__":

@@ -12,33 +12,38 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from waiting import wait_until
+
 import hpcfutures
 
 
 def worker_name(x):
     from distributed import get_worker
 
-    time.sleep(0.05)
+    time.sleep(0.05)  # a task that takes a moment, so that every worker gets some
     return get_worker().name, x * x
 
 
 def wait_for_file(path, limit):
-    deadline = time.monotonic() + limit
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {limit} s")
-        time.sleep(0.05)
+    """The narrow stage: one task that ends when the test creates ``path``."""
+    wait_until(lambda: os.path.exists(path), limit, f"the test to create {path}")
     return "narrow done"
+
+
+def wide_stage(ex, seen):
+    results = list(ex.map(worker_name, range(64)))
+    assert [value for _, value in results] == [x * x for x in range(64)]
+    seen |= {name for name, _ in results}
+    return seen
 
 
 workers, go = int(sys.argv[1]), sys.argv[2]
 with hpcfutures.Executor() as ex:
     seen = set()
-    deadline = time.monotonic() + 60
-    while len(seen) < workers and time.monotonic() < deadline:
-        results = list(ex.map(worker_name, range(64)))
-        assert [value for _, value in results] == [x * x for x in range(64)]
-        seen |= {name for name, _ in results}
+    wait_until(lambda: wide_stage(ex, seen), 60, f"all {workers} workers taking part",
+               done=lambda names: len(names) >= workers)
     print(f"WIDE STAGE OK on {len(seen)} workers: {sorted(seen)}", flush=True)
     narrow = ex.submit(wait_for_file, go, 120)
     print("NARROW STAGE STARTED", flush=True)

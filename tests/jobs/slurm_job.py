@@ -16,8 +16,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import hpcfutures  # noqa: E402
+from waiting import wait_until
+
+import hpcfutures
 
 # The tests read hpcfutures' INFO lines (a stale file ignored, a late element
 # sent home) from the job's output.
@@ -37,20 +40,21 @@ def worker_facts(_):
 
 
 def nap(seconds):
-    time.sleep(seconds)
+    time.sleep(seconds)  # slow tasks: the job is cancelled while they run
     return seconds
 
 
 def facts_of_every_worker(ex):
     """One fact tuple per worker: keep asking until every worker has answered."""
-    seen = {}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    expected, seen = int(os.environ.get("EXPECT_WORKERS", "1")), {}
+
+    def ask():
         for name, threads, memory in ex.map(worker_facts, range(32)):
             seen[name] = (threads, memory)
-        if len(seen) >= int(os.environ.get("EXPECT_WORKERS", "1")):
-            break
-    return seen
+        return seen
+
+    return wait_until(ask, 30, f"facts from {expected} workers",
+                      done=lambda facts: len(facts) >= expected)
 
 
 def main(mode, arg):

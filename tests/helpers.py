@@ -1,0 +1,350 @@
+"""Shared test machinery: backends, waiting, launched jobs, leftover processes, batch jobs.
+
+Test modules import it as ``helpers`` (pytest's ``pythonpath`` in pyproject.toml
+puts tests/ on ``sys.path``); conftest.py keeps only pytest's hooks.
+
+A test that needs Slurm or MPI skips on a laptop without them, but under
+``CI=true`` a missing backend fails the test: CI must never pass by skipping.
+Every launched job runs with a unique marker in its environment; afterwards no
+process carrying the marker may remain (srun and mpiexec pass the environment
+on, so this also sees ranks that are not our descendants).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from waiting import wait_until
+
+__all__ = [
+    "FAILURE_TIMES", "FINAL_STATES", "IN_CI", "JOBS", "MARKER_VAR", "MATRIX_CHECKS",
+    "MPI_LOOPBACK", "ROOT", "TESTS", "Batch", "Job", "Lines", "assert_no_leftovers",
+    "child_pids", "closed_port", "contract_passed", "have_command", "have_mpi",
+    "hpcfutures_run", "job_facts", "kill_marked", "outsider_refused", "processes_with_marker",
+    "rank_pid", "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+JOBS = TESTS / "jobs"
+MARKER_VAR = "HPCFUTURES_TEST_MARKER"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+#: Keep MPI (UCX) and Hydra on loopback, as ci/mpi-check.sh does.
+MPI_LOOPBACK = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}
+
+
+# ------------------------------------------------------------------ backends
+def require(available: bool, what: str) -> None:
+    """Skip without ``what`` on a laptop; fail under CI=true."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is required under CI=true but is not available "
+                    "(.ci/run must install and start it)")
+    pytest.skip(f"{what} is not available")
+
+
+def have_command(name: str) -> bool:
+    return shutil.which(name) is not None
+
+
+def slurm_is_up() -> bool:
+    """A Slurm controller answers and its default partition is up (ci/slurm-up.sh)."""
+    if not have_command("sinfo") or not have_command("srun"):
+        return False
+    try:
+        result = subprocess.run(["sinfo", "-h", "-o", "%a"], capture_output=True, text=True,
+                                timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0 and "up" in result.stdout.split()
+
+
+def have_mpi() -> bool:
+    """``mpiexec`` on PATH and mpi4py importable (pip install mpi4py mpich)."""
+    if not have_command("mpiexec"):
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+# ------------------------------------------------------- a child's output
+class Lines:
+    """A child's output stream, read line by line on a thread, so a test can
+    wait for a line with a deadline instead of blocking in ``readline``."""
+
+    def __init__(self, stream) -> None:
+        self._lines: list[str] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def _nth_with(self, text: str, count: int) -> str | None:
+        found = [line for line in self._lines if text in line]
+        return found[count - 1] if len(found) >= count else None
+
+    def wait_for(self, text: str, timeout: float, count: int = 1) -> str:
+        """The ``count``-th line containing ``text``; fails if the output ends or
+        ``timeout`` passes before it."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._nth_with(text, count) is not None or self._ended, timeout)
+            line, ended = self._nth_with(text, count), self._ended
+        if line is not None:
+            return line
+        why = "the output ended" if ended else f"{timeout:g} s passed"
+        times = "" if count == 1 else f" {count} times"
+        raise AssertionError(f"{why} before a line with {text!r}{times}:\n{self.text()}")
+
+    def text(self) -> str:
+        """Everything read so far."""
+        with self._changed:
+            return "".join(self._lines)
+
+    def rest(self, timeout: float = 10.0) -> str:
+        """Everything, once the output has ended (or after ``timeout`` s: then what came)."""
+        self._reader.join(timeout)
+        return self.text()
+
+
+# --------------------------------------------------------- processes left behind
+def processes_with_marker(marker: str, **variables: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose environment carries ``marker``
+    (and each ``NAME=value`` of ``variables``)."""
+    found = []
+    wanted = {f"{MARKER_VAR}={marker}".encode(),
+              *(f"{name}={value}".encode() for name, value in variables.items())}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted <= set((entry / "environ").read_bytes().split(b"\0")):
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append((int(entry.name), cmdline.strip()))
+        except OSError:
+            continue
+    return found
+
+
+def kill_marked(marker: str) -> None:
+    """SIGKILL every process that carries ``marker``."""
+    for pid, _ in processes_with_marker(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def assert_no_leftovers(marker: str, grace: float = 10.0) -> None:
+    """Wait up to ``grace`` s for the job's processes to go; kill and fail otherwise."""
+    try:
+        wait_until(lambda: processes_with_marker(marker), grace, "the job's processes to end",
+                   done=lambda left: not left, cap=0.2)
+    except AssertionError:
+        left = processes_with_marker(marker)
+        kill_marked(marker)
+        pytest.fail(f"processes left behind after the job: {left}")
+
+
+def rank_pid(marker: str, rank: int, variable: str = "HPCFUTURES_RANK",
+             timeout: float = 10.0) -> int:
+    """The pid of the job's process whose ``variable`` (the launcher's rank) is ``rank``."""
+    found = wait_until(lambda: processes_with_marker(marker, **{variable: str(rank)}), timeout,
+                       f"a process of rank {rank} ({variable}={rank})")
+    return found[0][0]
+
+
+def child_pids() -> set[int]:
+    """This process's children (local workers an in-process executor spawned)."""
+    me, kids = str(os.getpid()), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if handle.read().rsplit(")", 1)[1].split()[1] == me:
+                        kids.add(int(entry))
+            except (OSError, IndexError):
+                continue
+    return kids
+
+
+# --------------------------------------------------------------- launched jobs
+class Job:
+    """A finished launched job: exit status, output, duration."""
+
+    def __init__(self, command, returncode, stdout, stderr, seconds):
+        self.command, self.returncode = command, returncode
+        self.stdout, self.stderr, self.seconds = stdout, stderr, seconds
+
+    def __repr__(self) -> str:
+        return (f"Job({' '.join(map(str, self.command))!r}, rc={self.returncode}, "
+                f"{self.seconds:.1f} s)\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}")
+
+
+def run_job(command, *, timeout: float = 90, env: dict | None = None,
+            check_leftovers: bool = True, cwd=ROOT) -> Job:
+    """Run a launcher command with a deadline; its output is shown if a test fails."""
+    marker = uuid.uuid4().hex
+    full_env = {**os.environ, **(env or {}), MARKER_VAR: marker,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                             os.environ.get("PYTHONPATH")]))}
+    started = time.monotonic()
+    process = subprocess.Popen([str(c) for c in command], env=full_env, cwd=cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: srun then ends its step and frees the allocation,
+        # where a SIGKILLed srun would leave it running and starve later tests.
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        kill_marked(marker)
+        pytest.fail(f"job still running after {timeout} s:\n"
+                    f"{Job(command, None, stdout, stderr, timeout)!r}")
+    job = Job(command, process.returncode, stdout, stderr, time.monotonic() - started)
+    print(repr(job))  # pytest shows it when the test fails
+    if check_leftovers:
+        assert_no_leftovers(marker)
+    return job
+
+
+def hpcfutures_run(n: int, *args, **kwargs) -> Job:
+    """``hpcfutures run -n N python ARGS...`` as a user would type it."""
+    return run_job([sys.executable, "-m", "hpcfutures", "run", "-n", str(n),
+                    sys.executable, *args], **kwargs)
+
+
+# ------------------------------------------------------------ Slurm batch jobs
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+def job_facts(job_id) -> dict[str, str]:
+    """JobState, ExitCode and JobId of a Slurm job, from ``scontrol show job``."""
+    result = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                            text=True, timeout=30)
+    return dict(re.findall(r"\b(JobState|ExitCode|JobId)=(\S+)", result.stdout))
+
+
+class Batch:
+    """Jobs submitted with sbatch by one test; whatever is left is cancelled at the end."""
+
+    def __init__(self, tmp_path, env):
+        self.tmp_path, self.marker = tmp_path, uuid.uuid4().hex
+        self.env = {**os.environ, **env, MARKER_VAR: self.marker,
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                 os.environ.get("PYTHONPATH")]))}
+        self.jobs: list[str] = []
+
+    def submit(self, script, *options) -> str:
+        path = self.tmp_path / "job.sh"
+        path.write_text("#!/bin/bash\n" + script)
+        result = subprocess.run(["sbatch", "--parsable", *options, str(path)], cwd=ROOT,
+                                env=self.env, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stderr
+        self.jobs.append(result.stdout.strip().split(";")[0])
+        return self.jobs[-1]
+
+    def wait(self, job_id, states=FINAL_STATES, timeout=90.0) -> dict[str, str]:
+        """Poll ``scontrol show job`` until the job is in one of ``states``."""
+        return wait_until(lambda: job_facts(job_id), timeout,
+                          f"job {job_id} to reach {' or '.join(sorted(states))}",
+                          done=lambda facts: facts.get("JobState") in states,
+                          details=self.outputs)
+
+    def outputs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()}"
+                         for p in sorted(self.tmp_path.glob("*.out")))
+
+    def cancel_all(self) -> None:
+        for job in self.jobs:
+            subprocess.run(["scancel", job], capture_output=True, timeout=30)
+
+
+# ---------------------------------------------------------------- the network
+def closed_port() -> int:
+    """A loopback port nobody listens on (it was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+_OUTSIDER = """
+import sys
+from distributed import Client, Security
+security = Security.temporary() if sys.argv[2] == "other" else None
+try:
+    Client(sys.argv[1], security=security, timeout=3, set_as_default=False).close()
+except Exception:
+    print("REFUSED")
+else:
+    print("CONNECTED")
+"""
+
+
+def outsider_refused(address: str, credentials: str = "none") -> bool:
+    """Try to connect a plain Dask client (``credentials``: "none" or "other") to ``address``.
+
+    In a separate process, as another user would, and because a failed
+    synchronous Dask client can block in its finaliser.
+    """
+    done = subprocess.run([sys.executable, "-c", _OUTSIDER, address, credentials],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
+    return done.stdout.strip() == "REFUSED"
+
+
+# ------------------------------------------------------- failure-matrix timings
+#: Contract checks that are failure-matrix rows, and the row each one times.
+MATRIX_CHECKS = {
+    "unpicklable_task_fails_on_its_future_and_executor_stays_usable":
+        "unpicklable function: its call fails, executor usable",
+    "unpicklable_result_fails_only_its_future": "unpicklable result: only its future fails",
+}
+
+#: (row, launcher, seconds) measured by the failure tests during this run;
+#: conftest.py prints them as a table at the end.
+FAILURE_TIMES: list[tuple[str, str, float]] = []
+
+
+def record_failure_time(row: str, launcher: str, seconds: float) -> None:
+    """Note how long a failure-matrix row took; the run ends with a table of them."""
+    FAILURE_TIMES.append((row, launcher, seconds))
+
+
+def contract_passed(job: Job, launcher: str | None = None) -> bool:
+    """Whether every contract check passed; records the matrix rows' times under ``launcher``."""
+    passed = job.returncode == 0 and "CONTRACT RESULT" in job.stdout and "FAIL " not in job.stdout
+    if passed and launcher:
+        for name, row in MATRIX_CHECKS.items():
+            found = re.search(rf"^PASS {name} \(([0-9.]+) s\)", job.stdout, re.MULTILINE)
+            if found:
+                record_failure_time(row, launcher, float(found.group(1)))
+    return passed
