@@ -32,10 +32,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.launch import Outcome, launch, wait_until_idle  # noqa: E402
-from benchmarks.report import evaluate_targets, figures, markdown, medians, ratios  # noqa: E402
-from benchmarks.runners import HERE, ROOT, RUNNERS, Runner, base_env, by_name  # noqa: E402
-from benchmarks.workload import QUICK, Sizes  # noqa: E402
+from benchmarks.launch import Outcome, launch, wait_until_idle
+from benchmarks.report import evaluate_targets, figures, markdown, medians, ratios
+from benchmarks.runners import HERE, ROOT, RUNNERS, Runner, base_env, by_name
+from benchmarks.workload import QUICK, Sizes
 
 #: Start and end of the part of a --markdown file that this script replaces.
 BEGIN = "<!-- benchmark-table:begin -->"

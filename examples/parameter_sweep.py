@@ -31,7 +31,7 @@ def main() -> None:
     with hpcfutures.Executor() as ex:
         futures = [ex.submit(damped_oscillator, d) for d in dampings]
         for future in cf.as_completed(futures):
-            damping, energy = future.result()
+            _damping, energy = future.result()
             assert math.isfinite(energy)
         # futures as arguments: the reduction runs on a worker, and the
         # results travel worker to worker, not through this process

@@ -9,6 +9,7 @@ the workers that have nothing left to do after round 1 retire and their array
 elements end, handing their CPUs back to the cluster while rounds 2 and 3 run.
 """
 
+import itertools
 import time
 
 import hpcfutures
@@ -41,8 +42,9 @@ def main() -> None:
         groups = [partial[i:i + 8] for i in range(0, BLOCKS, 8)]
         merged = list(ex.map(combine, groups))                                # 8 tasks
         total = ex.submit(final_pass, merged).result()                        # 1 task
-    expected = sum(block_sum(a, b) for a, b in zip(edges[:-1], edges[1:]))
-    print(f"tree reduction of {BLOCKS} blocks: {total} ({'correct' if total == expected else 'WRONG'})")
+    expected = sum(block_sum(a, b) for a, b in itertools.pairwise(edges))
+    verdict = "correct" if total == expected else "WRONG"
+    print(f"tree reduction of {BLOCKS} blocks: {total} ({verdict})")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ def test_errors_share_one_root_and_builtin_bases():
 
     for name in hpcfutures.__all__:
         obj = getattr(hpcfutures, name)
-        if isinstance(obj, type) and issubclass(obj, Exception) and obj is not hpcfutures.RemoteTraceback:
+        is_error = isinstance(obj, type) and issubclass(obj, Exception)
+        if is_error and obj is not hpcfutures.RemoteTraceback:
             assert issubclass(obj, hpcfutures.HPCFuturesError), name
     assert issubclass(hpcfutures.StartupTimeoutError, TimeoutError)
     assert issubclass(hpcfutures.BrokenHPCExecutor, BrokenExecutor)

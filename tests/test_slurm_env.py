@@ -309,7 +309,7 @@ def test_hpcfutures_run_inside_a_job_is_the_local_launcher():
 
 
 def test_slurm_executor_outside_slurm_says_what_to_do():
-    with pytest.raises(LauncherError, match="SLURM_JOB_ID is not set.*srun or sbatch"):
+    with pytest.raises(LauncherError, match=r"SLURM_JOB_ID is not set.*srun or sbatch"):
         negotiate(settings(launcher="slurm"), {})
     assert SlurmLauncher.detect({}) is None
 

@@ -110,7 +110,7 @@ def _load_by_path(spec: str) -> type[Launcher]:
 
 def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:
     """The first launcher whose environment is present, and why it was chosen."""
-    for name, spec in _registry().items():
+    for spec in _registry().values():
         try:
             cls = _load(spec)
         except ModuleNotFoundError:

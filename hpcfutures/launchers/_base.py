@@ -80,7 +80,8 @@ class Launcher(abc.ABC):
         return self.settings.timeout
 
     def client_finished(self, identity: Identity, exit_status: int) -> None:
-        """Called on the client once everyone was told to stop (e.g. cancel pending array elements)."""
+        """Called on the client once everyone was told to stop (e.g. cancel pending array
+        elements)."""
 
     def before_exit(self, identity: Identity, exit_status: int) -> None:
         """Called on a non-client rank just before it leaves the process (e.g. MPI Finalize)."""

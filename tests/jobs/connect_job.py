@@ -21,9 +21,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from contract import run_all, square  # noqa: E402
+from contract import run_all, square
 
-import hpcfutures  # noqa: E402
+import hpcfutures
 
 
 def say(line):

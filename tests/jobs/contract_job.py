@@ -16,9 +16,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from contract import CHECKS, run_all, square  # noqa: E402
+from contract import CHECKS, run_all, square
 
-import hpcfutures  # noqa: E402
+import hpcfutures
 
 if os.environ.get("CONTRACT_LOG_INFO"):  # tests that watch hpcfutures' own decisions
     import logging

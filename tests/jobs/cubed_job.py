@@ -19,12 +19,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-import cubed  # noqa: E402
-import cubed.array_api as xp  # noqa: E402
-from cubed.runtime.types import Callback  # noqa: E402
+import cubed
+import cubed.array_api as xp
+from cubed.runtime.types import Callback
 
-import hpcfutures  # noqa: E402
-from hpcfutures.cubed import HPCFuturesDagExecutor  # noqa: E402
+import hpcfutures
+from hpcfutures.cubed import HPCFuturesDagExecutor
 
 WORK = Path(sys.argv[1])
 
