@@ -145,6 +145,16 @@ def single_host(environ: Mapping[str, str], size: int) -> bool:
     return srun_task(environ) and _int(environ, "SLURM_STEP_NUM_NODES") == 1
 
 
+def several_hosts(environ: Mapping[str, str], size: int) -> str:
+    """How the launcher shows that the ranks span more than one host; empty if it does not."""
+    for name in LOCAL_SIZE_VARIABLES:
+        local = _int(environ, name)
+        if local is not None:
+            return "" if local >= size else f"{name}={local}: {size - local} ranks elsewhere"
+    nodes = _int(environ, "SLURM_STEP_NUM_NODES") if srun_task(environ) else None
+    return f"{nodes} nodes in the Slurm step" if nodes and nodes > 1 else ""
+
+
 def local_rank(environ: Mapping[str, str]) -> int | None:
     for name in LOCAL_RANK_VARIABLES:
         if _int(environ, name) is not None:
@@ -207,6 +217,7 @@ class MPILauncher(Launcher):
             size=size,
             launch_id=f"mpi-{label}",
             single_host=single_host(self.environ, size),
+            several_hosts=several_hosts(self.environ, size),
             local_rank=local_rank(self.environ),
             threads=cpus,
             fields={"job_id": label},
