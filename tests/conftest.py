@@ -218,13 +218,14 @@ else:
 """
 
 
-def outsider_refused(address: str, credentials: str = "none") -> bool:
+def outsider_refused(address: str, credentials: str = "none", via: tuple[str, ...] = ()) -> bool:
     """Try to connect a plain Dask client (``credentials``: "none" or "other") to ``address``.
 
     In a separate process, as another user would, and because a failed
-    synchronous Dask client can block in its finaliser.
+    synchronous Dask client can block in its finaliser; ``via`` is a command
+    that starts it elsewhere (``srun -w mn3 -n1``).
     """
-    done = subprocess.run([sys.executable, "-c", _OUTSIDER, address, credentials],
+    done = subprocess.run([*via, sys.executable, "-c", _OUTSIDER, address, credentials],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
     return done.stdout.strip() == "REFUSED"
