@@ -32,10 +32,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.launch import Outcome, launch, wait_until_idle  # noqa: E402
-from benchmarks.report import evaluate_targets, figures, markdown, medians, ratios  # noqa: E402
-from benchmarks.runners import HERE, ROOT, RUNNERS, Runner, base_env, by_name  # noqa: E402
-from benchmarks.workload import QUICK, Sizes  # noqa: E402
+from benchmarks.launch import Outcome, launch, wait_until_idle
+from benchmarks.report import evaluate_targets, figures, markdown, medians, ratios
+from benchmarks.runners import HERE, ROOT, RUNNERS, Runner, base_env, by_name
+from benchmarks.workload import QUICK, Sizes
 
 #: Start and end of the part of a --markdown file that this script replaces.
 BEGIN = "<!-- benchmark-table:begin -->"
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
         for runner in RUNNERS:
-            print(f"{runner.name:20} {runner.unavailable() or 'available'}")
+            print(f"{runner.name:24} {runner.unavailable() or 'available'}")
         return 0
     if args.report_from:
         return _report_from(args)
@@ -143,7 +143,8 @@ def _run_once(runner: Runner, env: dict, timeout: float, wait_idle: float) -> di
     run_id = f"hpcfutures-bench-{uuid.uuid4().hex[:8]}"
     busy = wait_until_idle(wait_idle)  # other sessions' work skews every figure
     load = os.getloadavg()[0]
-    outcome: Outcome = launch(runner.command(timeout, run_id), env=env, timeout=timeout,
+    outcome: Outcome = launch(runner.command(timeout, run_id), env={**env, **runner.env},
+                              timeout=timeout,
                               cwd=ROOT, slurm_job_name=run_id if runner.slurm else None)
     error = outcome.error
     record = {"error": error, "returncode": outcome.returncode, "t0": outcome.t0,
