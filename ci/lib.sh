@@ -41,6 +41,32 @@ running() {
   [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
+# slurm_conf_policy MPI_DEFAULT: the slurm.conf lines the test clusters share, how Slurm behaves
+# rather than where it lives (why each one: ci/slurm-up.sh, step 3).
+slurm_conf_policy() {
+  cat <<EOF
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+MpiDefault=$1
+ReturnToService=2
+SlurmdTimeout=60
+InactiveLimit=0
+EnforcePartLimits=ALL
+MailProg=/bin/true
+KillWait=5
+MinJobAge=60
+EOF
+}
+
 # stop_pidfiles NAME SECONDS PIDFILE...: SIGTERM to every daemon NAME named in the pid files (all
 # at once, as daemons take seconds each to stop), SIGKILL to those still alive after SECONDS;
 # the pid files are removed. A pid that no longer runs NAME is left alone.

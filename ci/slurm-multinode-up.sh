@@ -74,11 +74,12 @@ timeout 10 sh -c 'munge -n | unmunge' >/dev/null 2>&1 ||
   die "no munged answers: run ci/slurm-up.sh first (it starts munged, which both clusters share)"
 
 # ----------------------------------------------------------------------------- 2. slurm.conf
-# As ci/slurm-up.sh's (see the reasons there), except: the names, ports, directories and
-# FirstJobId, which keep the two clusters apart (both would count job ids from 1, and files
-# named after a job id alone would collide in the shared /tmp); NodeAddr, the node's own IP,
-# so Slurm needs no name resolution; and SlurmctldHost, whose name slurmctld checks against
-# its hostname (hence its UTS namespace below).
+# Slurm's behaviour is the single-node cluster's (slurm_conf_policy in lib.sh; the reasons are in
+# ci/slurm-up.sh). Different: the names, ports, directories and FirstJobId, which keep the two
+# clusters apart (both would count job ids from 1, and files named after a job id alone would
+# collide in the shared /tmp); NodeAddr, the node's own IP, so Slurm needs no name resolution;
+# and SlurmctldHost, whose name slurmctld checks against its hostname (hence its UTS namespace
+# below).
 mkdir -p "$(dirname "$CONF")" "$PIDDIR" "$LOGDIR" "$SPOOL/ctld"
 new_conf=$(mktemp)
 {
@@ -98,27 +99,9 @@ SlurmctldPidFile=$PIDDIR/slurmctld.pid
 SlurmdPidFile=$PIDDIR/slurmd-%n.pid
 SlurmctldLogFile=$LOGDIR/slurmctld.log
 SlurmdLogFile=$LOGDIR/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-MpiDefault=none
-ReturnToService=2
-SlurmdTimeout=60
-InactiveLimit=0
-EnforcePartLimits=ALL
-MailProg=/bin/true
-KillWait=5
-MinJobAge=60
 FirstJobId=7700
 EOF
+  slurm_conf_policy none
   for n in "${nodes[@]}"; do
     echo "NodeName=$n NodeAddr=$(node_ip "$n") NodeHostname=$n CPUs=$MN_CPUS Boards=1" \
       "SocketsPerBoard=1 CoresPerSocket=$MN_CPUS ThreadsPerCore=1 RealMemory=2048 State=UNKNOWN"
