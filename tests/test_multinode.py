@@ -82,6 +82,18 @@ def env(tmp_path):
             "HPCFUTURES_TIMEOUT": "60", "HPCFUTURES_ARRAY_TIMEOUT": "60"}
 
 
+@pytest.fixture
+def batch(tmp_path, env):
+    """sbatch for one test; its jobs are cancelled, shown and checked for leftovers after it."""
+    from test_slurm import Batch
+
+    jobs = Batch(tmp_path, env)
+    yield jobs
+    jobs.cancel_all()
+    print(jobs.outputs())  # shown when the test failed
+    assert_no_leftovers(jobs.marker, grace=15)
+
+
 def srun(command, *, env, nodes=3, tasks=6, options=(), timeout=150):
     """``srun -N nodes -n tasks COMMAND`` under a unique job name, cancelled at the end."""
     name = f"hpcf-mn-{uuid.uuid4().hex[:10]}"
@@ -118,50 +130,34 @@ def test_contract_under_srun_across_three_nodes(env):
 
 
 @pytest.mark.timeout(240)
-def test_job_array_elements_on_different_nodes(tmp_path, env):
-    from test_slurm import Batch
-
-    batch = Batch(tmp_path, {**env, "EXPECT_WORKERS": "4"})
-    try:
-        job = batch.submit(f"exec python3 {JOB} hosts\n", "--array=0-5", "-t", "5",
-                           "-o", str(tmp_path / "out_%a.out"))
-        for element in range(6):
-            facts = batch.wait(f"{job}_{element}", timeout=180)
-            assert (facts["JobState"], facts["ExitCode"]) == ("COMPLETED", "0:0"), \
-                batch.outputs()
-        client, scheduler, workers = report((tmp_path / "out_1.out").read_text())
-        assert routable(scheduler), batch.outputs()
-        hosts = {host for _, host in workers}
-        assert len(workers) == 4 and len(hosts | {client}) >= 2, batch.outputs()
-        assert hosts - {scheduler_node(scheduler)}, "no worker ran on another node"
-    finally:
-        batch.cancel_all()
-        print(batch.outputs())
-        assert_no_leftovers(batch.marker, grace=15)
+def test_job_array_elements_on_different_nodes(tmp_path, batch):
+    batch.env["EXPECT_WORKERS"] = "4"
+    job = batch.submit(f"exec python3 {JOB} hosts\n", "--array=0-5", "-t", "5",
+                       "-o", str(tmp_path / "out_%a.out"))
+    for element in range(6):
+        facts = batch.wait(f"{job}_{element}", timeout=180)
+        assert (facts["JobState"], facts["ExitCode"]) == ("COMPLETED", "0:0"), batch.outputs()
+    client, scheduler, workers = report((tmp_path / "out_1.out").read_text())
+    assert routable(scheduler), batch.outputs()
+    hosts = {host for _, host in workers}
+    assert len(workers) == 4 and len(hosts | {client}) >= 2, batch.outputs()
+    assert hosts - {scheduler_node(scheduler)}, "no worker ran on another node"
 
 
 @pytest.mark.timeout(240)
-def test_serve_on_three_nodes_and_connect_from_the_login_node(tmp_path, env):
-    from test_slurm import Batch
-
-    batch = Batch(tmp_path, env)
+def test_serve_on_three_nodes_and_connect_from_the_login_node(tmp_path, env, batch):
     file = tmp_path / "serve.json"
-    try:
-        job = batch.submit(f"srun python3 -m hpcfutures serve --scheduler-file {file}\n",
-                           "-N3", "-n3", "-t", "5", "-o", str(tmp_path / "serve.out"))
-        here = run_job([sys.executable, JOB, "connect", str(file)], timeout=180,
-                       env={**env, "CONNECT_WAIT": "120", "EXPECT_WORKERS": "2"})
-        assert here.returncode == 0 and "STOPPED" in here.stdout, (here, batch.outputs())
-        client, scheduler, workers = report(here.stdout)
-        assert client == os.uname().nodename and routable(scheduler), here
-        assert {host for _, host in workers} == set(NODES) - {scheduler_node(scheduler)}, here
-        facts = batch.wait(job, timeout=60)
-        assert (facts["JobState"], facts["ExitCode"]) == ("COMPLETED", "0:0"), batch.outputs()
-        assert json.loads(file.read_text())["finished"]
-    finally:
-        batch.cancel_all()
-        print(batch.outputs())
-        assert_no_leftovers(batch.marker, grace=15)
+    job = batch.submit(f"srun python3 -m hpcfutures serve --scheduler-file {file}\n",
+                       "-N3", "-n3", "-t", "5", "-o", str(tmp_path / "serve.out"))
+    here = run_job([sys.executable, JOB, "connect", str(file)], timeout=180,
+                   env={**env, "CONNECT_WAIT": "120", "EXPECT_WORKERS": "2"})
+    assert here.returncode == 0 and "STOPPED" in here.stdout, (here, batch.outputs())
+    client, scheduler, workers = report(here.stdout)
+    assert client == os.uname().nodename and routable(scheduler), here
+    assert {host for _, host in workers} == set(NODES) - {scheduler_node(scheduler)}, here
+    facts = batch.wait(job, timeout=60)
+    assert (facts["JobState"], facts["ExitCode"]) == ("COMPLETED", "0:0"), batch.outputs()
+    assert json.loads(file.read_text())["finished"]
 
 
 @pytest.mark.mpi
@@ -203,19 +199,16 @@ def test_idle_workers_on_other_nodes_are_released(tmp_path, env):
 
 
 @pytest.mark.timeout(240)
-def test_an_outsider_on_another_node_is_refused(tmp_path, env):
+def test_an_outsider_on_another_node_is_refused(tmp_path, batch):
     """A launch on mn1 and mn2; a plain Dask client started on mn3, in a job of its own."""
-    from test_slurm import Batch
-
-    batch = Batch(tmp_path, env)
     file = tmp_path / "serve.json"
+    batch.submit(f"srun python3 -m hpcfutures serve --scheduler-file {file}\n",
+                 "-N2", "-n2", "-w", "mn1,mn2", "-t", "5", "-o", str(tmp_path / "serve.out"))
+    address = wait_for_address(file, batch)
+    assert routable(address), address
     outsider = f"hpcf-mn-outsider-{uuid.uuid4().hex[:10]}"
+    on_mn3 = ("srun", "-w", "mn3", "-N1", "-n1", "-t", "2", "-J", outsider)
     try:
-        batch.submit(f"srun python3 -m hpcfutures serve --scheduler-file {file}\n",
-                     "-N2", "-n2", "-w", "mn1,mn2", "-t", "5", "-o", str(tmp_path / "serve.out"))
-        address = wait_for_address(file, batch)
-        assert routable(address), address
-        on_mn3 = ("srun", "-w", "mn3", "-N1", "-n1", "-t", "2", "-J", outsider)
         # The port is reachable from mn3, so a refusal below is the launch's doing.
         host, port = address.removeprefix("tls://").split(":")
         reach = run_job([*on_mn3, sys.executable, "-c", "import socket, sys; socket."
@@ -226,13 +219,10 @@ def test_an_outsider_on_another_node_is_refused(tmp_path, env):
         assert outsider_refused(address.replace("tls://", "tcp://"), "none", via=on_mn3), \
             "plain TCP got in"
         assert outsider_refused(address, "other", via=on_mn3), "someone else's certificate"
-        stopped = run_job([sys.executable, "-m", "hpcfutures", "stop", str(file)], timeout=90)
-        assert stopped.returncode == 0, (stopped, batch.outputs())
     finally:
         subprocess.run(["scancel", "--name", outsider], capture_output=True, timeout=30)
-        batch.cancel_all()
-        print(batch.outputs())
-        assert_no_leftovers(batch.marker, grace=15)
+    stopped = run_job([sys.executable, "-m", "hpcfutures", "stop", str(file)], timeout=90)
+    assert stopped.returncode == 0, (stopped, batch.outputs())
 
 
 # ------------------------------------------------------- choosing the address
