@@ -15,6 +15,7 @@ cannot delay the moment the launcher is seen to return.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from .workload import BENCH_PREFIX, T0_VAR
@@ -79,6 +80,8 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: 
     workdir = Path(tempfile.mkdtemp(prefix="hpcfutures-bench-"))
     env = {**env, MARKER_VAR: marker, "BENCH_TMPDIR": str(workdir)}
     timed_out = threading.Event()
+    # scancel with the run's environment: its SLURM_CONF names the cluster the run went to.
+    cancel = functools.partial(_scancel, slurm_job_name, env) if slurm_job_name else None
     try:
         with open(workdir / "stdout", "w+b") as out, open(workdir / "stderr", "w+b") as err:
             env[T0_VAR] = repr(t0 := time.time())
@@ -87,7 +90,7 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: 
 
             def expire() -> None:
                 timed_out.set()
-                _end(process, marker, slurm_job_name)
+                _end(process, marker, cancel)
 
             timer = threading.Timer(timeout, expire)
             timer.daemon = True
@@ -96,11 +99,11 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: 
                 returncode = process.wait()  # blocking waitpid: no polling delay in t_return
                 t_return = time.time()
             except BaseException:  # Ctrl-C: end the run before leaving
-                _end(process, marker, slurm_job_name)
+                _end(process, marker, cancel)
                 raise
             finally:
                 timer.cancel()
-            leftovers = _sweep(marker, slurm_job_name)
+            leftovers = _sweep(marker, cancel)
             out.seek(0)
             err.seek(0)
             stdout = out.read().decode(errors="replace")
@@ -122,10 +125,10 @@ def _bench_line(stdout: str) -> dict | None:
 
 
 # ----------------------------------------------------------------- ending a run
-def _end(process: subprocess.Popen, marker: str, slurm_job_name: str | None) -> None:
+def _end(process: subprocess.Popen, marker: str, cancel: Callable[[], None] | None) -> None:
     """SIGTERM the run's process group (and Slurm job), SIGKILL what is left after a while."""
-    if slurm_job_name:
-        _scancel(slurm_job_name)
+    if cancel:
+        cancel()
     _signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + KILL_AFTER
     while process.poll() is None and time.monotonic() < deadline:
@@ -142,9 +145,9 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def _scancel(job_name: str) -> None:
+def _scancel(job_name: str, env: Mapping[str, str]) -> None:
     try:
-        subprocess.run(["scancel", "--name", job_name], timeout=10, check=False,
+        subprocess.run(["scancel", "--name", job_name], env=env, timeout=10, check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         pass
@@ -157,7 +160,7 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _sweep(marker: str, slurm_job_name: str | None) -> list[str]:
+def _sweep(marker: str, cancel: Callable[[], None] | None) -> list[str]:
     """Wait up to LINGER s for the run's processes to go; kill and name those that stay."""
     deadline = time.monotonic() + LINGER
     while True:
@@ -167,8 +170,8 @@ def _sweep(marker: str, slurm_job_name: str | None) -> list[str]:
         if time.monotonic() >= deadline:
             break
         time.sleep(0.05)
-    if slurm_job_name:
-        _scancel(slurm_job_name)
+    if cancel:
+        cancel()
     for pid in left:
         _kill(pid)
     return [f"{pid} {cmdline}" for pid, cmdline in left.items()]

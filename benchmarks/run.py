@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
         for runner in RUNNERS:
-            print(f"{runner.name:20} {runner.unavailable() or 'available'}")
+            print(f"{runner.name:24} {runner.unavailable() or 'available'}")
         return 0
     if args.report_from:
         return _report_from(args)
@@ -143,7 +143,8 @@ def _run_once(runner: Runner, env: dict, timeout: float, wait_idle: float) -> di
     run_id = f"hpcfutures-bench-{uuid.uuid4().hex[:8]}"
     busy = wait_until_idle(wait_idle)  # other sessions' work skews every figure
     load = os.getloadavg()[0]
-    outcome: Outcome = launch(runner.command(timeout, run_id), env=env, timeout=timeout,
+    outcome: Outcome = launch(runner.command(timeout, run_id), env={**env, **runner.env},
+                              timeout=timeout,
                               cwd=ROOT, slurm_job_name=run_id if runner.slurm else None)
     error = outcome.error
     record = {"error": error, "returncode": outcome.returncode, "t0": outcome.t0,

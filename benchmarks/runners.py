@@ -1,6 +1,8 @@
 """The runners: each is one way of starting the workload, with what it needs to be available.
 
-Every runner gives the client 2 single-threaded workers on 127.0.0.1.  A runner whose Python
+Every runner gives the client 2 single-threaded workers on 127.0.0.1, except the one on the
+3-node cluster of ci/slurm-multinode-up.sh, whose workers run on two other nodes and listen
+on the nodes' addresses.  A runner whose Python
 package is missing is "not installed"; one whose launcher or hpcfutures plug-in is missing is
 "not available"; both show as such in the table instead of failing the benchmark.
 """
@@ -15,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = ["RUNNERS", "Runner", "base_env", "by_name"]
@@ -37,6 +39,7 @@ class Runner:
     argv: Callable[[float, str], list[str]]  # (timeout s, run id) -> command line
     needs: tuple[Callable[[], str | None], ...] = ()
     slurm: bool = False                     # started with srun: scancel on timeout
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # added to every run's
 
     def unavailable(self) -> str | None:
         """Why this runner cannot run here ("not installed: ..." / "not available: ...")."""
@@ -69,6 +72,24 @@ def _slurm() -> str | None:
         return f"not available: scontrol ping failed ({err})"
     if "UP" not in ping.stdout:
         return "not available: Slurm is not running (start it with: bash ci/slurm-up.sh)"
+    return None
+
+
+#: The 3-node cluster's configuration (ci/slurm-multinode-up.sh), and what its runs need: its
+#: Slurm, and the nodes' own addresses rather than the loopback every other run binds to.
+MULTINODE_ENV = {"SLURM_CONF": "/etc/hpcfutures-slurm-mn/slurm.conf", "HPCFUTURES_HOST": ""}
+
+
+@functools.cache
+def _slurm_multinode() -> str | None:
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10,
+                              env={**os.environ, **MULTINODE_ENV})
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"not available: scontrol ping failed ({err})"
+    if "UP" not in ping.stdout:
+        return ("not available: the 3-node Slurm cluster is not running (start it with: "
+                "bash ci/slurm-multinode-up.sh)")
     return None
 
 
@@ -118,6 +139,10 @@ RUNNERS: tuple[Runner, ...] = (
     Runner("hpcfutures-srun", "hpcfutures, `srun -n4`", "srun -n4", True,
            lambda t, r: [*_srun(t, r), PY, HPCFUTURES_JOB],
            needs=(_slurm, _plugin_check("slurm")), slurm=True),
+    Runner("hpcfutures-srun-3nodes", "hpcfutures, `srun -N3 -n4` on 3 nodes", "srun -N3 -n4",
+           True, lambda t, r: [*_srun(t, r), "-N3", PY, HPCFUTURES_JOB],
+           needs=(_slurm, _slurm_multinode, _plugin_check("slurm")), slurm=True,
+           env=MULTINODE_ENV),
     Runner("hpcfutures-mpiexec", "hpcfutures, `mpiexec -n 4`", "mpiexec -n 4", True,
            lambda t, r: ["mpiexec", "-n", "4", PY, HPCFUTURES_JOB],
            needs=(_module("mpi4py", "mpi4py mpich"), _mpiexec, _plugin_check("mpi"))),

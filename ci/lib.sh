@@ -40,3 +40,58 @@ running() {
   state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
   [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
+
+# slurm_conf_policy MPI_DEFAULT: the slurm.conf lines the test clusters share, how Slurm behaves
+# rather than where it lives (why each one: ci/slurm-up.sh, step 3).
+slurm_conf_policy() {
+  cat <<EOF
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+MpiDefault=$1
+ReturnToService=2
+SlurmdTimeout=60
+InactiveLimit=0
+EnforcePartLimits=ALL
+MailProg=/bin/true
+KillWait=5
+MinJobAge=60
+EOF
+}
+
+# stop_pidfiles NAME SECONDS PIDFILE...: SIGTERM to every daemon NAME named in the pid files (all
+# at once, as daemons take seconds each to stop), SIGKILL to those still alive after SECONDS;
+# the pid files are removed. A pid that no longer runs NAME is left alone.
+stop_pidfiles() {
+  local name=$1 limit=$2 file pid pids=() deadline
+  shift 2
+  for file in "$@"; do
+    if running "$file" "$name"; then
+      pid=$(cat "$file")
+      log "$name: SIGTERM to pid $pid"
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+    rm -f "$file"
+  done
+  deadline=$((SECONDS + limit))
+  for pid in "${pids[@]}"; do
+    while [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] &&
+      [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
+      if [ "$SECONDS" -ge "$deadline" ]; then
+        log "$name: still alive after ${limit}s, SIGKILL to pid $pid"
+        kill -KILL "$pid" 2>/dev/null || true
+        break
+      fi
+      sleep 0.1
+    done
+  done
+}

@@ -120,7 +120,8 @@ chmod 0400 /etc/munge/munge.key
 # - KillWait=5: scancel sends SIGTERM, then SIGKILL 5 s later (default 30 s is slow for tests).
 # - MinJobAge=60: `scontrol show job` keeps finished jobs for 60 s (there is no accounting).
 new_conf=$(mktemp)
-cat >"$new_conf" <<EOF
+{
+  cat <<EOF
 # Written by hpcfutures ci/slurm-up.sh -- single-node test cluster. Edits are overwritten.
 ClusterName=hpcfutures
 SlurmctldHost=localhost
@@ -136,28 +137,13 @@ SlurmctldPidFile=$PIDDIR/slurmctld.pid
 SlurmdPidFile=$PIDDIR/slurmd.pid
 SlurmctldLogFile=$LOGDIR/slurmctld.log
 SlurmdLogFile=$LOGDIR/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-MpiDefault=$SLURM_MPI_DEFAULT
-ReturnToService=2
-SlurmdTimeout=60
-InactiveLimit=0
-EnforcePartLimits=ALL
-MailProg=/bin/true
-KillWait=5
-MinJobAge=60
+EOF
+  slurm_conf_policy "$SLURM_MPI_DEFAULT"
+  cat <<EOF
 NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=4096 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
+} >"$new_conf"
 conf_changed=0
 if ! cmp -s "$new_conf" "$CONF"; then
   install -m 0644 "$new_conf" "$CONF"

@@ -29,7 +29,7 @@ from waiting import wait_until
 
 __all__ = [
     "FAILURE_TIMES", "FINAL_STATES", "IN_CI", "JOBS", "MARKER_VAR", "MATRIX_CHECKS",
-    "MPI_LOOPBACK", "ROOT", "TESTS", "Batch", "Job", "Lines", "assert_no_leftovers",
+    "MPI_LOOPBACK", "ROOT", "TESTS", "Batch", "Job", "Lines", "LiveJob", "assert_no_leftovers",
     "child_pids", "closed_port", "contract_passed", "have_command", "have_mpi",
     "hpcfutures_run", "job_facts", "kill_marked", "outsider_refused", "processes_with_marker",
     "rank_pid", "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
@@ -246,6 +246,48 @@ FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 
+class LiveJob:
+    """A launcher command watched while it runs (its output is read line by line)."""
+
+    def __init__(self, command, env):
+        """``command`` is an srun command line; it gets a unique job name (``self.name``)."""
+        self.marker = uuid.uuid4().hex
+        self.name = f"hpcf-test-{self.marker[:10]}"
+        command = [command[0], "-J", self.name, *command[1:]]
+        full_env = self.env = {**os.environ, **env, MARKER_VAR: self.marker}
+        self.process = subprocess.Popen(command, cwd=ROOT, env=full_env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        self.output = Lines(self.process.stdout)
+
+    def text(self) -> str:
+        return self.output.text()
+
+    def wait_for(self, text, timeout):
+        self.output.wait_for(text, timeout)
+
+    def wait(self, timeout) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {timeout} s later:\n{self}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        subprocess.run(["scancel", "--name", self.name], env=self.env,  # its cluster's SLURM_CONF
+                       capture_output=True, timeout=30)
+        print(self)
+        assert_no_leftovers(self.marker, grace=15)
+
+    def __repr__(self) -> str:
+        return f"LiveJob rc={self.process.returncode}\n{self.text()}"
+
+
 def job_facts(job_id) -> dict[str, str]:
     """JobState, ExitCode and JobId of a Slurm job, from ``scontrol show job``."""
     result = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
@@ -309,13 +351,14 @@ else:
 """
 
 
-def outsider_refused(address: str, credentials: str = "none") -> bool:
+def outsider_refused(address: str, credentials: str = "none", via: tuple[str, ...] = ()) -> bool:
     """Try to connect a plain Dask client (``credentials``: "none" or "other") to ``address``.
 
     In a separate process, as another user would, and because a failed
-    synchronous Dask client can block in its finaliser.
+    synchronous Dask client can block in its finaliser; ``via`` is a command
+    that starts it elsewhere (``srun -w mn3 -n1``).
     """
-    done = subprocess.run([sys.executable, "-c", _OUTSIDER, address, credentials],
+    done = subprocess.run([*via, sys.executable, "-c", _OUTSIDER, address, credentials],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
     return done.stdout.strip() == "REFUSED"

@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 import uuid
 
 import pytest
 from helpers import (
-    MARKER_VAR,
     ROOT,
     Batch,
-    Lines,
+    LiveJob,
     assert_no_leftovers,
     closed_port,
     contract_passed,
@@ -148,47 +146,6 @@ def test_scancel_mid_map_stops_every_rank_within_seconds(env):
         record_failure_time("SIGTERM to the launch", "srun", took)
         assert "the client received SIGTERM" in live.text(), live
         assert "UNEXPECTED" not in live.text(), live
-
-
-class LiveJob:
-    """A launcher command watched while it runs (its output is read line by line)."""
-
-    def __init__(self, command, env):
-        """``command`` is an srun command line; it gets a unique job name (``self.name``)."""
-        self.marker = uuid.uuid4().hex
-        self.name = f"hpcf-test-{self.marker[:10]}"
-        command = [command[0], "-J", self.name, *command[1:]]
-        full_env = {**os.environ, **env, MARKER_VAR: self.marker}
-        self.process = subprocess.Popen(command, cwd=ROOT, env=full_env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-        self.output = Lines(self.process.stdout)
-
-    def text(self) -> str:
-        return self.output.text()
-
-    def wait_for(self, text, timeout):
-        self.output.wait_for(text, timeout)
-
-    def wait(self, timeout) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"still running {timeout} s later:\n{self}")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        subprocess.run(["scancel", "--name", self.name], capture_output=True, timeout=30)
-        print(self)
-        assert_no_leftovers(self.marker, grace=15)
-
-    def __repr__(self) -> str:
-        return f"LiveJob rc={self.process.returncode}\n{self.text()}"
 
 
 # --------------------------------------------------------------- sbatch

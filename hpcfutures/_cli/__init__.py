@@ -127,7 +127,8 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _info(as_json: bool) -> int:
-    from .._launch.plan import bind_address, negotiate
+    from .._errors import ConfigurationError
+    from .._launch.plan import choose_bind, negotiate
     from .._launch.roles import Role
     from .._support.config import resolve_settings
     from .._support.options import OPTIONS
@@ -141,7 +142,6 @@ def _info(as_json: bool) -> int:
         plan = None
     if plan is not None:
         identity = plan.identity
-        host, interface = bind_address(settings, identity)
         report.update({
             "launcher": plan.launcher.name,
             "why": [plan.reason, *identity.reasons],
@@ -151,8 +151,12 @@ def _info(as_json: bool) -> int:
             "role": plan.role.value,
             "address_exchange": (plan.exchange.description if plan.exchange else
                                  "none needed (scheduler runs in this process)"),
-            "bind": host or (f"interface {interface}" if interface else "Dask's default address"),
         })
+        try:
+            bind = choose_bind(settings, identity)
+            report.update({"bind": bind.address, "bind_why": bind.why})
+        except ConfigurationError as err:
+            report["error"] = f"{type(err).__name__}: {err}"
         if plan.role is Role.STANDALONE:
             from ..launchers.local import available_cores
 

@@ -1,7 +1,8 @@
 """Deciding a process's part in a launch: launcher, identity, role, address exchange.
 
 Nothing is started here: :func:`negotiate` only reads the environment through
-the launcher plug-in, so ``hpcfutures info`` can show the outcome and its reasons.
+the launcher plug-in, and :func:`choose_bind` the host's network, so
+``hpcfutures info`` can show the outcome and its reasons.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from .._errors import ConfigurationError
+from .._support import network
 from .._support.config import Settings
 from ..launchers import AddressExchange, Launcher, detect_launcher, get_launcher
 from .roles import Identity, Role, assign_role
 
-__all__ = ["Plan", "bind_address", "choose_launcher", "negotiate"]
+__all__ = ["Bind", "Plan", "bind_address", "choose_bind", "choose_launcher", "negotiate"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,16 +54,130 @@ def negotiate(settings: Settings, environ: Mapping[str, str] | None = None) -> P
     environ = os.environ if environ is None else environ
     launcher, reason = choose_launcher(settings, environ)
     identity = launcher.identity()
+    refuse_loopback_across_hosts(settings, identity)
     role = assign_role(identity.rank, identity.size, settings.scheduler_in_client)
     exchange = None if role is Role.STANDALONE else launcher.address_exchange(identity)
     return Plan(launcher, reason, identity, role, exchange)
 
 
-def bind_address(settings: Settings, identity: Identity) -> tuple[str | None, str | None]:
-    """(host, interface) for the scheduler and workers: explicit, else loopback on one host."""
-    if settings.host or settings.interface:
-        return settings.host, settings.interface
-    if identity.single_host:
-        return "127.0.0.1", None
-    return None, None
+@dataclasses.dataclass(frozen=True)
+class Bind:
+    """Where the scheduler and workers listen, and why (what ``hpcfutures info`` shows)."""
 
+    host: str | None  #: given to Dask; None with interface None: Dask's default
+    interface: str | None
+    address: str  #: the address other processes reach this one at
+    why: str
+
+
+def bind_address(settings: Settings, identity: Identity, *,
+                 serving: bool = False) -> tuple[str | None, str | None]:
+    """(host, interface) for the scheduler and workers; see :func:`choose_bind`."""
+    bind = choose_bind(settings, identity, serving=serving)
+    return bind.host, bind.interface
+
+
+def choose_bind(settings: Settings, identity: Identity, *, serving: bool = False) -> Bind:
+    """What to listen on: as asked, else loopback on one host, else a routable address.
+
+    A serving launch (``serving``) is reached from other hosts, so never loopback
+    unless asked.  The routable address is Dask's default where the host has a
+    default route; without one (an isolated compute network), it is the address
+    the hostname resolves to, else the one interface besides loopback, given to
+    Dask explicitly so that it neither warns nor falls back to loopback.
+    """
+    refuse_loopback_across_hosts(settings, identity)
+    if settings.host or settings.interface:
+        return _as_asked(settings)
+    if identity.single_host and not serving:
+        return Bind("127.0.0.1", None, "127.0.0.1",
+                    "every process of the launch is on this host: loopback keeps it private")
+    spans = ("a serving launch is reached from other hosts" if serving else
+             f"the launch spans several hosts ({identity.several_hosts})"
+             if identity.several_hosts else "the launch may span several hosts")
+    interfaces = network.interface_addresses()
+    routed = network.default_route_address()
+    if routed:
+        return Bind(None, None, routed,
+                    f"{spans}: Dask's default, the address of {_nic(routed, interfaces)}, "
+                    "which holds the default route (listening on every interface)")
+    name, resolved = network.hostname_address()
+    if resolved and not network.is_loopback(resolved) and resolved in interfaces.values():
+        return Bind(resolved, None, resolved,
+                    f"{spans} and this host has no default route: the address its hostname "
+                    f"{name!r} resolves to, on {_nic(resolved, interfaces)}")
+    outward = {nic: address for nic, address in interfaces.items()
+               if not network.is_loopback(address)}
+    unresolved = (f"its hostname {name!r} does not resolve" if not resolved else
+                  f"its hostname {name!r} resolves to {resolved}, "
+                  + ("loopback" if network.is_loopback(resolved) else "not one of its own"))
+    if len(outward) == 1:
+        nic, address = next(iter(outward.items()))
+        return Bind(address, None, address,
+                    f"{spans}, this host has no default route and {unresolved}: {nic}, "
+                    "the only interface besides loopback")
+    choices = ", ".join(f"{nic} ({address})" for nic, address in sorted(outward.items()))
+    if identity.several_hosts:
+        raise ConfigurationError(
+            f"{spans}, but this host has no default route, {unresolved}, and it has "
+            f"{len(outward)} network interfaces besides loopback ({choices or 'none'}): "
+            "choose the one the hosts share with interface= or HPCFUTURES_INTERFACE")
+    return Bind(None, None, "Dask's default address",
+                f"{spans}; this host has no default route and {unresolved}, and "
+                f"{len(outward)} interfaces besides loopback ({choices or 'none'}): Dask "
+                "falls back to loopback; choose with interface= or HPCFUTURES_INTERFACE")
+
+
+def refuse_loopback_across_hosts(settings: Settings, identity: Identity) -> None:
+    """A ConfigurationError if a setting chose loopback but the launch spans hosts.
+
+    Raised at once, on every rank, instead of the start-up timeout that the
+    ranks on other hosts would otherwise run into.
+    """
+    if not identity.several_hosts:
+        return
+    if settings.host and network.is_loopback(settings.host):
+        chosen = _setting(settings, "host")
+    elif settings.interface and network.is_loopback(
+            network.interface_addresses().get(settings.interface, "")):
+        chosen = _setting(settings, "interface")
+    else:
+        return
+    raise ConfigurationError(
+        f"{chosen} binds the scheduler and workers to loopback, but the launch spans several "
+        f"hosts ({identity.several_hosts}): processes on the other hosts cannot reach a "
+        "loopback address, so the launch could never start. Leave it unset, so that every "
+        "host listens on its routable address, or choose the network the hosts share with "
+        f"interface= or HPCFUTURES_INTERFACE ({_interfaces_here()})")
+
+
+def _as_asked(settings: Settings) -> Bind:
+    if settings.host:
+        return Bind(settings.host, settings.interface, settings.host,
+                    f"{_setting(settings, 'host')} asks for it")
+    address = network.interface_addresses().get(settings.interface)
+    return Bind(None, settings.interface, address or f"interface {settings.interface}",
+                f"{_setting(settings, 'interface')} asks for it"
+                + ("" if address else f", but it has no IPv4 address here ({_interfaces_here()})"))
+
+
+def _setting(settings: Settings, name: str) -> str:
+    """How the user set ``name``: HPCFUTURES_HOST=..., host='...' or the Dask config key."""
+    value, source = getattr(settings, name), settings.sources.get(name, "")
+    variable = source.removeprefix("environment variable ")
+    if variable != source:
+        return f"{variable}={value}"
+    if source.startswith("dask config"):
+        return f"{source.removeprefix('dask config ')}={value!r} in the Dask config"
+    return f"{name}={value!r}"
+
+
+def _nic(address: str, interfaces: dict[str, str]) -> str:
+    nic = network.interface_of(address, interfaces)
+    return f"{nic} ({address})" if nic else address
+
+
+def _interfaces_here() -> str:
+    found = ", ".join(f"{nic} {address}" for nic, address
+                      in sorted(network.interface_addresses().items()))
+    return f"this host has: {found}" if found else "this host has no IPv4 interface"

@@ -52,6 +52,10 @@ class Identity:
     size: int
     launch_id: str
     single_host: bool = True
+    #: How the launcher knows that the launch spans more than one host (e.g.
+    #: "3 nodes in the Slurm step"); empty on one host or where nobody can
+    #: tell (job arrays).  A loopback host or interface is refused then.
+    several_hosts: str = ""
     local_rank: int | None = None
     threads: int | None = None
     memory_limit: str | int | None = None

@@ -33,7 +33,7 @@ from .._support.loop import run_until_complete, stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
 from ..launchers._schedfile import SchedulerFileExchange
 from .local_workers import join_options
-from .plan import Plan, choose_launcher
+from .plan import Plan, bind_address, choose_launcher
 from .roles import Role, assign_serving_role
 from .scheduler_side import start_scheduler
 from .worker_side import play_worker
@@ -90,16 +90,6 @@ def serving_plan(settings: Settings, environ: Mapping[str, str]) -> Plan:
     return Plan(launcher, reason, identity, role, exchange)
 
 
-def serving_bind(settings: Settings) -> tuple[str | None, str | None]:
-    """(host, interface) to listen on: as asked, else Dask's default, never loopback.
-
-    Inside a launch on one host, loopback keeps everything private; a serving
-    launch's clients come from other hosts (the login node), which must reach
-    the scheduler and, for results, the workers.  TLS keeps strangers out.
-    """
-    return settings.host, settings.interface
-
-
 def serve(settings: Settings, *, idle_timeout: float | None = None,
           environ: Mapping[str, str] | None = None) -> int:
     """Play this process's part in a serving launch until it stops; return the exit status."""
@@ -110,7 +100,9 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
     quiet_dask_logging(environ)
     configure_rank_logging(plan.identity.rank, plan.role.value, plan.identity.launch_id,
                            environ, log_dir=settings.log_dir)
-    host, interface = serving_bind(settings)
+    # Never loopback unless asked: clients come from other hosts (the login node), and
+    # must reach the scheduler and, for results, the workers. TLS keeps strangers out.
+    host, interface = bind_address(settings, plan.identity, serving=True)
     if plan.role is Role.WORKER:
         plan.launcher.before_worker(plan.identity)
         timeout = plan.launcher.lookup_timeout(plan.identity)

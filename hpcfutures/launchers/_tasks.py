@@ -102,6 +102,7 @@ class TaskLauncher(Launcher):
             size=size,
             launch_id=f"{self.name}-{safe_id(launch_id)}",
             single_host=single_host,
+            several_hosts=self._several_hosts(size),
             local_rank=local_rank,
             threads=self.threads(),
             fields={"job_id": safe_id(launch_id)},
@@ -118,3 +119,13 @@ class TaskLauncher(Launcher):
                           "binding to loopback")
         return False, ("processes may run on several hosts: binding to Dask's default address "
                        "(set host= or interface= to choose)")
+
+    def _several_hosts(self, size: int) -> str:
+        env = self.environ
+        nodes = int_var(env, self.NODES_VAR, self.command) if self.NODES_VAR else None
+        if nodes is not None and nodes > 1:
+            return f"{self.NODES_VAR}={nodes}"
+        local = int_var(env, self.LOCAL_SIZE_VAR, self.command) if self.LOCAL_SIZE_VAR else None
+        if local is not None and local < size:
+            return f"{self.LOCAL_SIZE_VAR}={local}: {size - local} of {size} processes elsewhere"
+        return ""

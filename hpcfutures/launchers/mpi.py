@@ -136,6 +136,16 @@ def single_host(environ: Mapping[str, str], size: int) -> bool:
     return srun_task(environ) and int_var(environ, "SLURM_STEP_NUM_NODES", SYSTEM) == 1
 
 
+def several_hosts(environ: Mapping[str, str], size: int) -> str:
+    """How the launcher shows that the ranks span more than one host; empty if it does not."""
+    for name in LOCAL_SIZE_VARIABLES:
+        local = int_var(environ, name, SYSTEM)
+        if local is not None:
+            return "" if local >= size else f"{name}={local}: {size - local} ranks elsewhere"
+    nodes = int_var(environ, "SLURM_STEP_NUM_NODES", SYSTEM) if srun_task(environ) else None
+    return f"{nodes} nodes in the Slurm step" if nodes and nodes > 1 else ""
+
+
 def local_rank(environ: Mapping[str, str]) -> int | None:
     for name in LOCAL_RANK_VARIABLES:
         rank = int_var(environ, name, SYSTEM)
@@ -200,6 +210,7 @@ class MPILauncher(Launcher):
             size=size,
             launch_id=f"mpi-{label}",
             single_host=single_host(self.environ, size),
+            several_hosts=several_hosts(self.environ, size),
             local_rank=local_rank(self.environ),
             threads=cpus,
             fields={"job_id": label},

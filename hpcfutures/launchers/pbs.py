@@ -117,6 +117,7 @@ class PBSLauncher(JobArrayLauncher):
         return Identity(
             launcher=self.name, rank=rank, size=size, launch_id=f"pbs-{safe_id(job)}.pbsdsh",
             single_host=nodes == 1, local_rank=None, threads=None,
+            several_hosts=f"PBS_NODEFILE lists {nodes} hosts" if nodes > 1 else "",
             fields={"job_id": safe_id(job)},
             reasons=(f"PBS_TASKNUM={env.get('PBS_TASKNUM')}: a task pbsdsh spawned",
                      f"rank {rank} of {size} from PBS_VNODENUM and {size_source}",

@@ -109,6 +109,7 @@ class SlurmLauncher(Launcher):
                  or int_var(env, "SLURM_NNODES", SYSTEM) or 1)
         return self._identity(
             rank, size, launch_id=_launch_id(env, f"{job}.{step}"), single_host=nodes == 1,
+            several_hosts=f"{nodes} nodes in the Slurm step" if nodes > 1 else "",
             fields=_fields(env, job, step),
             reasons=(f"rank {rank} of {size} from SLURM_PROCID/SLURM_STEP_NUM_TASKS",
                      f"launch id from SLURM_JOB_ID={job} and SLURM_STEP_ID={step}",

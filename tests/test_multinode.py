@@ -1,0 +1,318 @@
+"""Across nodes: the 3-node Slurm cluster of ci/slurm-multinode-up.sh.
+
+Each node mn1..mn3 has its own network namespace, hostname and address
+10.77.0.1N, so 127.0.0.1 is per node, as on a real cluster: nothing here binds
+to loopback; each launch finds the nodes' routable addresses by itself, and
+traffic goes only to loopback or 10.77.0.x.  The nodes share this machine's
+kernel, so the leftover check (processes carrying the test's marker, found in
+/proc) sees the job steps on every node too.
+
+Skipped on a laptop without the cluster; under CI=true a missing cluster fails.
+Sized for 3 nodes x 2 CPUs on 2 real cores: at most 6 tasks per test.  Every
+Slurm command of these tests goes to this cluster (SLURM_CONF); each test
+cancels the jobs it started.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import (
+    JOBS,
+    Batch,
+    LiveJob,
+    assert_no_leftovers,
+    contract_passed,
+    have_command,
+    outsider_refused,
+    processes_with_marker,
+    require,
+    run_job,
+)
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slurm]
+
+MN_CONF = "/etc/hpcfutures-slurm-mn/slurm.conf"
+NODES = ("mn1", "mn2", "mn3")
+JOB = str(JOBS / "multinode_job.py")
+#: MPI's own traffic over TCP on eth0: UCX takes shared memory between processes of one
+#: kernel, which would carry MPI between these "nodes" without crossing any network.
+MPI_OVER_TCP = {"UCX_TLS": "^sm,cma", "UCX_PROTO_INFO": "y"}
+DASK_FALLBACK_WARNING = "Couldn't detect a suitable IP address"
+
+
+def multinode_is_up() -> bool:
+    """The cluster answers and mn1..mn3 can take jobs."""
+    if not (have_command("sinfo") and Path(MN_CONF).exists()):
+        return False
+    try:
+        result = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True,
+                                text=True, timeout=20, env={**os.environ, "SLURM_CONF": MN_CONF})
+    except (OSError, subprocess.SubprocessError):
+        return False
+    states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+    return result.returncode == 0 and all(
+        states.get(node, "down").rstrip("*") in {"idle", "mixed", "allocated", "completing"}
+        for node in NODES)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    require(multinode_is_up(), "the 3-node Slurm cluster (bash ci/slurm-multinode-up.sh)")
+
+
+@pytest.fixture(autouse=True)
+def this_cluster(monkeypatch):
+    """srun, sbatch, scontrol and scancel, here and in the jobs, reach the 3-node cluster."""
+    monkeypatch.setenv("SLURM_CONF", MN_CONF)
+
+
+@pytest.fixture
+def env(tmp_path):
+    """Routable addresses (no HPCFUTURES_HOST), scheduler files in tmp_path, short deadlines."""
+    return {"HPCFUTURES_HOST": "", "HPCFUTURES_INTERFACE": "",
+            "HPCFUTURES_SCHEDULER_FILE": str(tmp_path / "sched-{launch_id}.json"),
+            "HPCFUTURES_TIMEOUT": "60", "HPCFUTURES_ARRAY_TIMEOUT": "60"}
+
+
+@pytest.fixture
+def batch(tmp_path, env):
+    """sbatch for one test; its jobs are cancelled, shown and checked for leftovers after it."""
+
+    jobs = Batch(tmp_path, env)
+    yield jobs
+    jobs.cancel_all()
+    print(jobs.outputs())  # shown when the test failed
+    assert_no_leftovers(jobs.marker, grace=15)
+
+
+def srun(command, *, env, nodes=3, tasks=6, options=(), timeout=150):
+    """``srun -N nodes -n tasks COMMAND`` under a unique job name, cancelled at the end."""
+    name = f"hpcf-mn-{uuid.uuid4().hex[:10]}"
+    try:
+        return run_job(["srun", f"-N{nodes}", f"-n{tasks}", "-J", name, "-t", "5", *options,
+                        *command], env=env, timeout=timeout)
+    finally:
+        subprocess.run(["scancel", "--name", name], capture_output=True, timeout=30)
+
+
+def report(text: str) -> tuple[str, str, list[tuple[str, str]]]:
+    """(client host, scheduler address, [(worker, host)]) from multinode_job.py's output."""
+    client = re.search(r"^CLIENT \S+ on (\S+)$", text, re.M)
+    scheduler = re.search(r"^SCHEDULER (\S+)$", text, re.M)
+    workers = re.search(r"^WORKERS (.*)$", text, re.M)
+    assert client and scheduler and workers, text
+    return client[1], scheduler[1], ast.literal_eval(workers[1])
+
+
+def routable(address: str) -> bool:
+    return re.fullmatch(r"tls://10\.77\.0\.1[1-3]:\d+", address) is not None
+
+
+# ------------------------------------------------------------- the six across nodes
+@pytest.mark.timeout(240)
+def test_contract_under_srun_across_three_nodes(env):
+    """srun -N 3 -n 6 puts two tasks on each node: the scheduler (rank 0) and the client
+    on mn1, the four workers on mn2 and mn3."""
+    job = srun(["python3", str(JOBS / "contract_job.py")], env={**env, "CONTRACT_LOG_INFO": "1"},
+               timeout=210)
+    assert contract_passed(job), job
+    assert re.search(r"\[rank 0 scheduler\].*scheduler at tls://10\.77\.0\.11:\d+ ",
+                     job.stderr), job
+
+
+@pytest.mark.timeout(240)
+def test_job_array_elements_on_different_nodes(tmp_path, batch):
+    batch.env["EXPECT_WORKERS"] = "4"
+    job = batch.submit(f"exec python3 {JOB} hosts\n", "--array=0-5", "-t", "5",
+                       "-o", str(tmp_path / "out_%a.out"))
+    for element in range(6):
+        facts = batch.wait(f"{job}_{element}", timeout=180)
+        assert (facts["JobState"], facts["ExitCode"]) == ("COMPLETED", "0:0"), batch.outputs()
+    client, scheduler, workers = report((tmp_path / "out_1.out").read_text())
+    assert routable(scheduler), batch.outputs()
+    hosts = {host for _, host in workers}
+    assert len(workers) == 4 and len(hosts | {client}) >= 2, batch.outputs()
+    assert hosts - {scheduler_node(scheduler)}, "no worker ran on another node"
+
+
+@pytest.mark.timeout(240)
+def test_serve_on_three_nodes_and_connect_from_the_login_node(tmp_path, env, batch):
+    file = tmp_path / "serve.json"
+    job = batch.submit(f"srun python3 -m hpcfutures serve --scheduler-file {file}\n",
+                       "-N3", "-n3", "-t", "5", "-o", str(tmp_path / "serve.out"))
+    here = run_job([sys.executable, JOB, "connect", str(file)], timeout=180,
+                   env={**env, "CONNECT_WAIT": "120", "EXPECT_WORKERS": "2"})
+    assert here.returncode == 0 and "STOPPED" in here.stdout, (here, batch.outputs())
+    client, scheduler, workers = report(here.stdout)
+    assert client == os.uname().nodename and routable(scheduler), here
+    assert {host for _, host in workers} == set(NODES) - {scheduler_node(scheduler)}, here
+    facts = batch.wait(job, timeout=60)
+    assert (facts["JobState"], facts["ExitCode"]) == ("COMPLETED", "0:0"), batch.outputs()
+    assert json.loads(file.read_text())["finished"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_mpi_across_nodes_over_tcp(env):
+    """srun --mpi=pmi2 -N 3: the address travels by MPI broadcast, over TCP between nodes."""
+    import importlib.util
+
+    require(importlib.util.find_spec("mpi4py") is not None,
+            "mpi4py with the mpich wheel (python -m pip install mpi4py mpich)")
+    job = srun(["python3", JOB, "hosts"], options=["--mpi=pmi2"],
+               env={**env, **MPI_OVER_TCP, "EXPECT_WORKERS": "4"})
+    assert job.returncode == 0, job
+    _, scheduler, workers = report(job.stdout)
+    assert "CLIENT mpi on mn1" in job.stdout and routable(scheduler), job
+    assert {host for _, host in workers} == {"mn2", "mn3"}, job
+    ucx = job.stdout + job.stderr
+    assert "inter-node" in ucx and "tcp/eth0" in ucx, "UCX did not report TCP between nodes"
+    assert not re.search(r"\b(sysv|posix|cma|xpmem)/", ucx), "MPI used shared memory"
+
+
+@pytest.mark.timeout(240)
+def test_idle_workers_on_other_nodes_are_released(tmp_path, env):
+    """srun -N 3 -n 6: three of the four workers (on mn2 and mn3) leave while the client goes on."""
+
+    go = tmp_path / "go"
+    release = {**env, "HPCFUTURES_RELEASE_IDLE_AFTER": "1", "HPCFUTURES_MIN_WORKERS": "1"}
+    with LiveJob(["srun", "-N3", "-n6", "-t", "5", "python3", str(JOBS / "release_job.py"),
+                  "4", str(go)], release) as live:
+        live.wait_for("NARROW STAGE STARTED", timeout=150)
+        alive = wait_for_ranks(live.marker, lambda ranks: len(ranks & {2, 3, 4, 5}) == 1, 60)
+        assert alive.get(1) == "mn1", f"the client rank ended early: {alive}"
+        assert {node for rank, node in alive.items() if rank > 1} <= {"mn2", "mn3"}, alive
+        go.touch()
+        assert live.wait(timeout=60) == 0, live
+        assert "NARROW STAGE OK" in live.text() and "AFTER RELEASE OK" in live.text(), live
+        assert "WIDE STAGE OK on 4 workers" in live.text(), live
+
+
+@pytest.mark.timeout(240)
+def test_an_outsider_on_another_node_is_refused(tmp_path, batch):
+    """A launch on mn1 and mn2; a plain Dask client started on mn3, in a job of its own."""
+    file = tmp_path / "serve.json"
+    batch.submit(f"srun python3 -m hpcfutures serve --scheduler-file {file}\n",
+                 "-N2", "-n2", "-w", "mn1,mn2", "-t", "5", "-o", str(tmp_path / "serve.out"))
+    address = wait_for_address(file, batch)
+    assert routable(address), address
+    outsider = f"hpcf-mn-outsider-{uuid.uuid4().hex[:10]}"
+    on_mn3 = ("srun", "-w", "mn3", "-N1", "-n1", "-t", "2", "-J", outsider)
+    try:
+        # The port is reachable from mn3, so a refusal below is the launch's doing.
+        host, port = address.removeprefix("tls://").split(":")
+        reach = run_job([*on_mn3, sys.executable, "-c", "import socket, sys; socket."
+                         "create_connection((sys.argv[1], int(sys.argv[2])), 10).close(); "
+                         "print('REACHED', socket.gethostname())", host, port], timeout=60)
+        assert "REACHED mn3" in reach.stdout, reach
+        assert outsider_refused(address, "none", via=on_mn3), "no credentials got in"
+        assert outsider_refused(address.replace("tls://", "tcp://"), "none", via=on_mn3), \
+            "plain TCP got in"
+        assert outsider_refused(address, "other", via=on_mn3), "someone else's certificate"
+    finally:
+        subprocess.run(["scancel", "--name", outsider], capture_output=True, timeout=30)
+    stopped = run_job([sys.executable, "-m", "hpcfutures", "stop", str(file)], timeout=90)
+    assert stopped.returncode == 0, (stopped, batch.outputs())
+
+
+# ------------------------------------------------------- choosing the address
+@pytest.mark.timeout(120)
+def test_loopback_across_nodes_fails_at_once_on_every_rank(env):
+    job = srun(["python3", JOB, "hosts"], tasks=3, env={**env, "HPCFUTURES_HOST": "127.0.0.1"},
+               timeout=90)
+    assert job.returncode != 0 and job.seconds < 30, job
+    said = "ConfigurationError: HPCFUTURES_HOST=127.0.0.1 binds the scheduler and workers"
+    assert job.stderr.count(said) == 3, job
+    assert "HPCFUTURES_INTERFACE (this host has: eth0 10.77.0.1" in job.stderr, job
+
+
+@pytest.fixture
+def no_default_route():
+    """The nodes lose their default route for the test (an isolated compute network)."""
+    require(os.geteuid() == 0 and have_command("ip"), "root, to change the nodes' routes")
+    had = [node for node in NODES if subprocess.run(
+        ["ip", "-n", node, "route", "show", "default"], capture_output=True, text=True,
+        timeout=10).stdout.strip()]
+    for node in had:
+        subprocess.run(["ip", "-n", node, "route", "del", "default"], check=True, timeout=10)
+    yield
+    for node in had:
+        subprocess.run(["ip", "-n", node, "route", "replace", "default", "via", "10.77.0.1",
+                        "dev", "eth0"], check=True, timeout=10)
+
+
+def without_node_names(tmp_path) -> list[str]:
+    """A command prefix: run in a mount namespace whose /etc/hosts lacks mn1..mn3."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(line for line in open("/etc/hosts").readlines()
+                             if "hpcfutures-slurm-mn" not in line))
+    return ["unshare", "--mount", "sh", "-c",
+            f'mount --bind {hosts} /etc/hosts && exec "$0" "$@"']
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("names", ["resolvable", "unresolvable"])
+def test_nodes_without_a_default_route_still_use_routable_addresses(
+        tmp_path, env, no_default_route, names):
+    prefix = without_node_names(tmp_path) if names == "unresolvable" else []
+    if names == "unresolvable":
+        info = srun([*prefix, "sh", "-c", f'{sys.executable} -m hpcfutures info --json '
+                     f'> {tmp_path}/info-"$SLURM_PROCID".json'], tasks=3, env=env, timeout=90)
+        assert info.returncode == 0, info
+        for rank, node in enumerate(NODES):
+            report_ = json.loads((tmp_path / f"info-{rank}.json").read_text())
+            assert report_["bind"] == f"10.77.0.1{rank + 1}", report_
+            assert "no default route" in report_["bind_why"] and "eth0" in report_["bind_why"]
+            assert f"'{node}' does not resolve" in report_["bind_why"], report_
+    job = srun([*prefix, "python3", JOB, "hosts"], tasks=4, env={**env, "EXPECT_WORKERS": "2"})
+    assert job.returncode == 0, job
+    client, scheduler, workers = report(job.stdout)
+    assert client == "mn1" and scheduler.startswith("tls://10.77.0.11:"), job
+    assert {host for _, host in workers} == {"mn2", "mn3"}, job
+    assert DASK_FALLBACK_WARNING not in job.stderr, job
+
+
+# ----------------------------------------------------------------------- helpers
+def scheduler_node(address: str) -> str:
+    return f"mn{address.removeprefix('tls://10.77.0.1').split(':')[0]}"
+
+
+def wait_for_ranks(marker: str, done, timeout: float) -> dict[int, str]:
+    """Poll the Slurm tasks still alive until ``done(ranks)``; return {rank: node} then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ranks = {}
+        for pid, _ in processes_with_marker(marker):
+            try:
+                variables = dict(v.split(b"=", 1) for v in
+                                 open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if v)
+                ranks[int(variables[b"SLURM_PROCID"])] = variables[b"SLURMD_NODENAME"].decode()
+            except (OSError, KeyError, ValueError):
+                continue  # gone meanwhile, or srun itself
+        if done(set(ranks)):
+            return ranks
+        if time.monotonic() > deadline:
+            pytest.fail(f"ranks still alive after {timeout} s: {ranks}")
+        time.sleep(0.2)
+
+
+def wait_for_address(file: Path, batch, timeout: float = 120) -> str:
+    """The address a serving launch published in ``file``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+    pytest.fail(f"no scheduler file at {file} after {timeout} s\n{batch.outputs()}")
+
