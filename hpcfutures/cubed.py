@@ -32,7 +32,7 @@ import concurrent.futures as cf
 import inspect
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cubed.runtime.asyncio import async_map_dag
@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-class HPCFuturesDagExecutor(DagExecutor):
+class HPCFuturesDagExecutor(DagExecutor):  # type: ignore[misc]  # cubed ships no types
     """Runs Cubed plans on the workers of an hpcfutures executor.
 
     Pass it to ``cubed.Spec(executor=...)`` (or to ``compute(executor=...)``).
@@ -112,7 +112,7 @@ class HPCFuturesDagExecutor(DagExecutor):
         return (isinstance(other, HPCFuturesDagExecutor) and other.executor is self.executor
                 and other.kwargs == self.kwargs)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # The spec travels to the workers inside Cubed's task closures, and
         # with it this object; an open executor (locks, threads, sockets)
         # cannot travel, and is not needed there: workers run tasks, not plans.
@@ -204,22 +204,24 @@ def check_worker_memory(executor: cf.Executor, allowed_mem: int | None) -> None:
 
 def _size(n: int | None) -> str:
     """Bytes the way Cubed writes them (decimal units, as in ``allowed_mem="2GB"``)."""
-    return memory_repr(n or 0)
+    text: str = memory_repr(n or 0)
+    return text
 
 
 # -------------------------------------------------------------- the tasks
 def run_cubed_task(function: Any, item: Any, config: Any) -> tuple[Any, dict[str, Any]]:
     """One Cubed task, on a worker: its result and the timings Cubed's callbacks report."""
-    return execute_with_stats(function, item, config=config)
+    outcome: tuple[Any, dict[str, Any]] = execute_with_stats(function, item, config=config)
+    return outcome
 
 
-def _futures_maker(executor: cf.Executor, retries: int):
+def _futures_maker(executor: cf.Executor, retries: int) -> Callable[..., Any]:
     """The ``create_futures_func`` Cubed's ``async_map_dag`` calls per batch of inputs."""
 
     def create_futures(inputs: Iterable[Any], *, func: Any, config: Any,
                        name: str | None = None,
-                       compute_id: str | None = None) -> list[tuple[Any, asyncio.Future]]:
-        made: list[tuple[Any, asyncio.Future]] = []
+                       compute_id: str | None = None) -> list[tuple[Any, asyncio.Future[Any]]]:
+        made: list[tuple[Any, asyncio.Future[Any]]] = []
         for item in inputs:
             task = asyncio.ensure_future(
                 _with_retries(executor, func, item, config, retries, name))
@@ -230,7 +232,7 @@ def _futures_maker(executor: cf.Executor, retries: int):
     return create_futures
 
 
-def _seen(task: asyncio.Future) -> None:
+def _seen(task: asyncio.Future[Any]) -> None:
     """Mark a task's exception as retrieved.
 
     When a computation fails, Cubed raises the first error and drops the

@@ -155,7 +155,7 @@ def _as_asked(settings: Settings) -> Bind:
     if settings.host:
         return Bind(settings.host, settings.interface, settings.host,
                     f"{_setting(settings, 'host')} asks for it")
-    address = network.interface_addresses().get(settings.interface)
+    address = network.interface_addresses().get(settings.interface or "")
     return Bind(None, settings.interface, address or f"interface {settings.interface}",
                 f"{_setting(settings, 'interface')} asks for it"
                 + ("" if address else f", but it has no IPv4 address here ({_interfaces_here()})"))

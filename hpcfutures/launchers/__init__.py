@@ -56,7 +56,8 @@ FORMER_NAMES = {"embedded": "local"}
 
 def _load(spec: str) -> type[Launcher]:
     module_name, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    loaded: type[Launcher] = getattr(importlib.import_module(module_name), attr)
+    return loaded  # checked to be a Launcher by _load_by_path where the user named it
 
 
 def _plugins() -> dict[str, str]:

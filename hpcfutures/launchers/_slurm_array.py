@@ -26,6 +26,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from .._errors import LauncherError
 from ._batchenv import int_var, run_command
@@ -60,7 +61,7 @@ def array_position(environ: Mapping[str, str]) -> ArrayPosition:
     names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
              "SLURM_ARRAY_TASK_COUNT")
     index, first, last, count = (int_var(environ, name, SYSTEM) for name in names)
-    if not job or None in (index, first, last, count):
+    if not job or index is None or first is None or last is None or count is None:
         missing = [n for n in ("SLURM_ARRAY_JOB_ID", *names) if environ.get(n, "") == ""]
         raise LauncherError(
             f"this job array element lacks {', '.join(missing)}; is it an element of "
@@ -79,8 +80,8 @@ def array_position(environ: Mapping[str, str]) -> ArrayPosition:
 class ArrayFileExchange(SchedulerFileExchange):
     """The scheduler file of a job array: tombstoned at the end, wary of old tombstones."""
 
-    def __init__(self, *args, array_job_id: str, **kwargs) -> None:
-        super().__init__(*args, tombstone=True, **kwargs)
+    def __init__(self, path: Path, launch_id: str, rank: int, *, array_job_id: str) -> None:
+        super().__init__(path, launch_id, rank, tombstone=True)
         self.array_job_id = array_job_id
         self._predates: dict[str, bool] = {}
 

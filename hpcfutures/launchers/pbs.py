@@ -81,7 +81,7 @@ class PBSLauncher(JobArrayLauncher):
     def array_position(self) -> tuple[ArrayPosition, tuple[str, ...]]:
         env = self.environ
         index_var = "PBS_ARRAY_INDEX" if env.get("PBS_ARRAY_INDEX", "") else "PBS_ARRAYID"
-        index = int_var(env, index_var, SYSTEM)
+        index = int_var(env, index_var, SYSTEM, required=True)
         array = self.job_id(env)
         span, source = self._span(array)
         rank = span.rank(index)

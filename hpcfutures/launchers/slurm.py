@@ -178,6 +178,7 @@ class SlurmLauncher(Launcher):
     def _standalone_hints(self) -> dict[str, Any]:
         """One process: as many local single-thread workers as Slurm gave this process CPUs."""
         env = self.environ
+        cpus: int | None
         if in_srun_step(env):  # srun -n1: the step's CPUs
             cpus = cpus_per_task(env) or 1
         else:  # the batch script has every CPU of the job on this node
