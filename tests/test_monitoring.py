@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from typing import ClassVar
 
 import pytest
 from conftest import JOBS, MARKER_VAR, ROOT, assert_no_leftovers, hpcfutures_run, require
@@ -58,19 +59,64 @@ def test_monitoring_settings_are_off_by_default_and_follow_precedence():
 
 
 def test_a_bad_progress_value_names_the_variable():
-    with pytest.raises(hpcfutures.ConfigurationError, match="HPCFUTURES_PROGRESS.*'always'"):
+    with pytest.raises(hpcfutures.ConfigurationError, match=r"HPCFUTURES_PROGRESS.*'always'"):
         resolve_settings(environ={"HPCFUTURES_PROGRESS": "sometimes"}, dask_config={})
 
 
 # -------------------------------------------------------------- pure helpers
-def test_calls_are_read_from_task_keys():
-    from hpcfutures._reports.summary import calls_in_key
+def test_calls_are_read_from_task_annotations():
+    from types import SimpleNamespace as Task
 
-    assert calls_in_key("hpcf-1a2b3c4d-square-x64-17") == 64
-    assert calls_in_key("hpcf-1a2b3c4d-square-x64-17-alone") == 64
-    assert calls_in_key("hpcf-1a2b3c4d-square-17") == 1
-    assert calls_in_key("hpcf-1a2b3c4d-pick-x0-3") == 0
-    assert calls_in_key(("tuple", "key")) == 1
+    from hpcfutures._reports.summary import CALLS_ANNOTATION, UsageLedger, calls_of
+
+    assert calls_of(Task(annotations={CALLS_ANNOTATION: 64})) == 64
+    assert calls_of(Task(annotations={CALLS_ANNOTATION: 0})) == 0  # picks a value only
+    assert calls_of(Task(annotations=None)) == 1 and calls_of(None) == 1
+    assert calls_of(Task(annotations={"priority": 3})) == 1
+    tasks = {"chunk": Task(annotations={CALLS_ANNOTATION: 64}, suspicious=1),
+             ("tuple", "key"): Task(annotations=None, suspicious=0)}
+    worker = Task(name="rank-2", host="node3", nthreads=1)
+    scheduler = Task(tasks=tasks, workers={"tcp://w": worker})
+    ledger = UsageLedger()
+    ledger._scheduler = scheduler
+    ledger.add_worker(scheduler, "tcp://w")
+    for key in tasks:
+        ledger.transition(key, "processing", "memory", worker="tcp://w", startstops=[])
+    ledger.transition("chunk", "waiting", "processing", worker="tcp://w")  # not an end
+    assert ledger.workers["tcp://w"]["calls"] == 65
+    assert ledger.retried == 64  # it ran on a worker that died
+
+
+def test_tasks_carry_their_call_counts_even_when_sent_alone():
+    import dask
+
+    from hpcfutures._facade.futures import TaskFuture
+    from hpcfutures._facade.sending import Sender
+    from hpcfutures._remote.calls import run_chunk_task, run_task
+    from hpcfutures._reports.summary import CALLS_ANNOTATION
+
+    seen = {}
+
+    class Client:  # records the annotations in force when each task is made
+        def map(self, runner, *columns, key, pure):
+            if len(key) > 1:
+                raise TypeError("cannot pickle")  # a failed batch: each task goes alone
+            seen[key[0]] = dask.get_annotations().get(CALLS_ANNOTATION)
+            return [object()]
+
+        def submit(self, runner, *args, key, pure):
+            seen[key] = dask.get_annotations().get(CALLS_ANNOTATION)
+            return object()
+
+    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print)
+    sender.count_calls = True
+    chunk = ([(1,)] * 64,)
+    sender.send_queued([(TaskFuture(), run_chunk_task, square, chunk, {}, False),
+                        (TaskFuture(), run_chunk_task, square, chunk, {}, False),
+                        (TaskFuture(), run_task, square, (1,), {}, False)])
+    assert sorted(seen.values(), key=str) == [64, 64, None]  # one call: no annotation
+    assert sum(key.endswith("-alone") for key in seen) == 2
+    assert dask.get_annotations() == {}  # nothing leaks into the loop's context
 
 
 def test_summary_table_sums_workers_and_names_losses():
@@ -125,7 +171,7 @@ def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     from hpcfutures._facade.roster import WorkerRoster
 
     class Scheduler:
-        workers: dict = {}
+        workers: ClassVar[dict] = {}
 
         async def identity(self, n_workers):
             return {"workers": self.workers}
@@ -268,7 +314,7 @@ def test_dashboard_line_has_a_loopback_address_that_answers_and_summary_names_ra
     reader.start()
     try:
         assert found.wait(60), "".join(lines)
-        (line,) = [l for l in lines if "Dask dashboard at" in l]
+        (line,) = [text for text in lines if "Dask dashboard at" in text]
         url = re.search(r"(http://127\.0\.0\.1:\d+/status)", line).group(1)
         port = url.split(":")[2].split("/")[0]
         assert f"ssh -L {port}:127.0.0.1:{port} " in line
@@ -321,7 +367,7 @@ def test_a_failing_run_points_at_the_rank_and_its_log_file(tmp_path):
     last = job.stderr.strip().splitlines()[-1]
     assert last == f"hpcfutures run: rank 2 (worker) failed first, exit status 3; read {log}"
     # the client also named the lost worker, and where to read about it
-    assert f"rank 2 (worker) left the launch before the end" in job.stderr, job
+    assert "rank 2 (worker) left the launch before the end" in job.stderr, job
     assert job.stderr.count(str(log)) == 2
 
 

@@ -69,12 +69,21 @@ class TaskBridge:
         self._sender = Sender(client, self._completions.follow, self._send_held_now)
         self._submits = SubmitStream(self.batcher, self._sender, self.wake)
         self.batcher.open(self._submits)
-        #: Counts the calls that came back, for the end-of-run summary (None: off).
-        self.tally: Any = None
+        self._tally: Any = None
         #: How errors name the scheduler's rank and a worker's (set by the client side).
         self.scheduler_pointer = "the scheduler's process probably died; see its output"
         #: Names the workers that leave early (its ``pointer`` is set by the client side).
         self.roster = WorkerRoster()
+
+    @property
+    def tally(self) -> Any:
+        """Counts the calls that came back, for the end-of-run summary (None: off)."""
+        return self._tally
+
+    @tally.setter
+    def tally(self, tally: Any) -> None:
+        self._tally = tally
+        self._sender.count_calls = tally is not None
 
     # ------------------------------------------------------------ user thread
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> TaskFuture:
@@ -90,8 +99,8 @@ class TaskBridge:
             else:
                 self._submits.hold(future, fn, args, kwargs)
         future.add_done_callback(self._on_done)
-        if self.tally is not None:
-            future.add_done_callback(self.tally.future_done)
+        if self._tally is not None:
+            future.add_done_callback(self._tally.future_done)
         self.wake()
         return future
 

@@ -6,13 +6,15 @@ Tasks queued together go as one graph per runner and call count (one
 ``update-graph`` message, not one per task).  If something in a batch cannot
 be pickled, each task is sent alone, so that only the culprit fails.
 
-A task carrying ``n`` user calls other than one is named ``...-x<n>-<counter>``:
-the end-of-run summary reads the count from the key (``_reports/summary.py``).
+With the end-of-run summary on, each task carries the number of user calls it
+stands for as a Dask annotation (:data:`~.._reports.summary.CALLS_ANNOTATION`),
+which the scheduler's ledger reads; tasks of one call carry nothing.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import itertools
 import logging
 import uuid
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._remote.calls import pick, run_chunk_task, run_task
+from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
 
@@ -48,10 +51,24 @@ class Sender:
         self._send_now = send_now
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
+        #: Annotate tasks with their call counts (only for the end-of-run summary).
+        self.count_calls = False
 
-    def _key(self, name: str, calls: int = 1) -> str:
-        counted = "" if calls == 1 else f"-x{calls}"  # see _reports/summary.py
-        return f"{self._prefix}{name}{counted}-{next(self._counter)}"
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}{name}-{next(self._counter)}"
+
+    def _counted(self, calls: int) -> contextlib.AbstractContextManager:
+        """Annotate the tasks made inside with ``calls`` (summary on).
+
+        Wrap the client's call and nothing else: a coroutine started inside
+        would copy the annotation into its context and pass it on to every
+        task sent from there.
+        """
+        if not self.count_calls or calls == 1:
+            return contextlib.nullcontext()
+        import dask  # imported by the client already; here only when counting
+
+        return dask.annotate(**{CALLS_ANNOTATION: calls})
 
     # ------------------------------------------------------------- batches
     def send_queued(self, items: list[tuple]) -> None:
@@ -74,32 +91,34 @@ class Sender:
             calls = len(args[0]) if runner is run_chunk_task else 1
             name = getattr(fn, "__name__", "task")
             groups.setdefault((runner, calls), []).append(
-                (future, fn, args, kwargs, self._key(name, calls)))
+                (future, fn, args, kwargs, self._key(name)))
         self._send_groups(groups)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
-        for (runner, _calls), group in groups.items():
-            self._send(runner, group)
+        for (runner, calls), group in groups.items():
+            self._send(runner, group, calls)
 
-    def _send(self, runner: Callable[..., Any], group: list) -> None:
+    def _send(self, runner: Callable[..., Any], group: list, calls: int) -> None:
         columns = zip(*[(fn, args, kwargs) for _, fn, args, kwargs, _ in group], strict=True)
         try:
-            dask_futures = self._client.map(runner, *columns,
-                                            key=[key for *_, key in group], pure=False)
+            with self._counted(calls):
+                dask_futures = self._client.map(runner, *columns,
+                                                key=[key for *_, key in group], pure=False)
         except Exception:
-            dask_futures = [self._send_one(runner, item) for item in group]
+            dask_futures = [self._send_one(runner, item, calls) for item in group]
         for (future, *_), dask_future in zip(group, dask_futures, strict=False):
             if dask_future is not None:
                 future._dask = dask_future
                 self._follow(dask_future, future)
 
-    def _send_one(self, runner: Callable[..., Any], item: tuple) -> Any:
+    def _send_one(self, runner: Callable[..., Any], item: tuple, calls: int = 1) -> Any:
         future, fn, args, kwargs, key = item
         try:
             # A fresh key: Dask already registered the failed batch's keys and
             # would hand back those never-to-finish futures.
-            return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
-                                       pure=False)
+            with self._counted(calls):
+                return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
+                                           pure=False)
         except Exception as err:
             settle(future, exception=_submission_error(fn, err))
             return None
@@ -108,9 +127,10 @@ class Sender:
     def launch_internal(self, runner: Callable[..., Any], args: tuple, name: str,
                         calls: int = 1) -> TaskFuture | None:
         """Send one task of the library's own (a bundle); None if it cannot be pickled."""
-        key = self._key(name, calls)
+        key = self._key(name)
         try:
-            dask_future = self._client.submit(runner, *args, key=key, pure=False)
+            with self._counted(calls):
+                dask_future = self._client.submit(runner, *args, key=key, pure=False)
         except Exception:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
@@ -161,8 +181,9 @@ class Sender:
             self._send_now(future)
         if future._bundle is not None:
             bundle, index = future._bundle
-            future._dask = self._client.submit(pick, bundle._dask, index,  # runs no call
-                                               key=self._key("pick", 0), pure=False)
+            with self._counted(0):  # picks a value, runs no call
+                future._dask = self._client.submit(pick, bundle._dask, index,
+                                                   key=self._key("pick"), pure=False)
             return future._dask
         if future.done():
             return future.result()  # failed before it was sent: raises its error

@@ -8,9 +8,10 @@ Two sources, because neither alone knows everything::
     (in _dask.py)          re-run after a lost worker
 
 hpcfutures packs many user calls into one Dask task (map chunks, submit
-bundles), so the scheduler counts calls by reading the task's key: the
-client names a task carrying ``n`` calls ``...-x<n>-<counter>`` (see
-:func:`calls_in_key`).  Nothing here runs unless ``summary`` is on.
+bundles), so with ``summary`` on the client gives each task that carries other
+than one call a Dask annotation, :data:`CALLS_ANNOTATION`, with the number
+(``_facade/sending.py``); the ledger reads it from the task's state (see
+:func:`calls_of`).  Nothing here runs unless ``summary`` is on.
 """
 
 from __future__ import annotations
@@ -22,18 +23,19 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CallTally", "UsageLedger", "calls_in_key", "format_summary", "report_and_remove"]
+__all__ = ["CALLS_ANNOTATION", "CallTally", "UsageLedger", "calls_of", "format_summary",
+           "report_and_remove"]
 
-#: "...-square-x64-17" or "...-square-x64-17-alone": a task of 64 calls.
-_CALLS = re.compile(r"-x(\d+)-\d+(?:-alone)?$")
+#: The Dask annotation that holds how many user calls a task carries (1 if absent).
+CALLS_ANNOTATION = "hpcfutures_calls"
 #: Workers listed one by one; more are summed up in one line.
 MAX_ROWS = 16
 
 
-def calls_in_key(key: Any) -> int:
-    """User calls carried by the Dask task ``key`` (1 unless the key says otherwise)."""
-    match = _CALLS.search(key if isinstance(key, str) else str(key))
-    return int(match.group(1)) if match else 1
+def calls_of(task: Any) -> int:
+    """User calls carried by a scheduler's task state (1 unless annotated otherwise)."""
+    annotations = getattr(task, "annotations", None) or {}
+    return annotations.get(CALLS_ANNOTATION, 1)
 
 
 class CallTally:
@@ -100,12 +102,12 @@ class UsageLedger:
         entry = self.workers.get(kwargs.get("worker"))
         if entry is None:
             return
-        calls = calls_in_key(key)
+        task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
+        calls = calls_of(task)
         entry["calls"] += calls
         entry["busy"] += sum(part["stop"] - part["start"]
                              for part in kwargs.get("startstops") or ()
                              if part.get("action") == "compute")
-        task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
         if task is not None and getattr(task, "suspicious", 0):
             self.retried += calls  # it was running on a worker that died
 
@@ -180,6 +182,7 @@ def format_summary(tally: CallTally, usage: Mapping[str, Any] | None,
     lines += _worker_rows(workers)
     busy = sum(w["busy"] for w in workers)
     capacity = sum(w["present"] * w["threads"] for w in workers)
-    lines.append(_row(f"all {len(workers)} worker{'s' if len(workers) != 1 else ''}", sum(w["threads"] for w in workers),
+    label = f"all {len(workers)} worker{'s' if len(workers) != 1 else ''}"
+    lines.append(_row(label, sum(w["threads"] for w in workers),
                       sum(w["calls"] for w in workers), f"{busy:.1f}", _share(busy, capacity)))
     return "\n".join(lines)
