@@ -2,9 +2,9 @@
 
 Runs on the client's loop thread only: the Dask client is not thread-safe
 (from another thread its methods turn into blocking calls into the loop).
-Tasks queued together go as one graph per runner and call count (one
-``update-graph`` message, not one per task).  If something in a batch cannot
-be pickled, each task is sent alone, so that only the culprit fails.
+Tasks queued together go as one graph per runner (one ``update-graph``
+message, not one per task).  If something in a batch cannot be pickled,
+each task is sent alone, so that only the culprit fails.
 
 With the end-of-run summary on, each task carries the number of user calls it
 stands for as a Dask annotation (:data:`~.._reports.summary.CALLS_ANNOTATION`),
@@ -88,7 +88,8 @@ class Sender:
                 if resolved is None:
                     continue
                 args, kwargs = resolved
-            calls = len(args[0]) if runner is run_chunk_task else 1
+            # One graph per runner; per call count too when counts are annotated.
+            calls = len(args[0]) if runner is run_chunk_task and self.count_calls else 1
             name = getattr(fn, "__name__", "task")
             groups.setdefault((runner, calls), []).append(
                 (future, fn, args, kwargs, self._key(name)))
