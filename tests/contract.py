@@ -286,12 +286,15 @@ def unpicklable_result_fails_only_its_future(ex):
 def foreign_futures_are_refused(ex):
     with cf.ThreadPoolExecutor(1) as pool:
         foreign = pool.submit(square, 2)
-        try:
-            ex.submit(add, foreign)
-        except TypeError as err:
-            assert "another executor" in str(err)
-        else:
-            raise AssertionError("a foreign future was accepted")
+        # at the top level, and nested in a list, a tuple, a dict (the same clear refusal)
+        for args, kwargs in [((foreign,), {}), (([1, foreign],), {}),
+                             (((0, (foreign,)),), {}), ((1,), {"b": {"x": [foreign]}})]:
+            try:
+                ex.submit(add, *args, **kwargs)
+            except TypeError as err:
+                assert "another executor" in str(err), err
+            else:
+                raise AssertionError(f"a foreign future was accepted in {args} {kwargs}")
 
 
 @check

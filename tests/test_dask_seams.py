@@ -34,6 +34,7 @@ from hpcfutures._dask._common import CLOSE_TIMEOUT, STREAM_INTERVAL, _hurry
 from hpcfutures._dask.cluster import dashboard_facts_here
 from hpcfutures._dask.release import IdleRelease
 from hpcfutures._facade.capacity import ask_worker_memory, host_memory
+from hpcfutures._reports.summary import CALLS_ANNOTATION
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -318,17 +319,19 @@ def test_the_usage_ledger_counts_calls_busy_time_and_calls_rerun_after_a_loss():
         async with live(workers=2) as cluster:
             name = await _dask.start_usage(cluster.client)
             with seam("SchedulerPlugin.transition(..., startstops=[{action, start, stop}])"):
-                assert await cluster.client.submit(nap, 0.05, key="nap-x3-1",
-                                                   pure=False).result() == 0.05
-            gated = cluster.client.submit(wait_at_gate, 7, key="gated-x2-2", pure=False)
+                with dask.annotate(**{CALLS_ANNOTATION: 3}):  # as _facade/sending.py does
+                    napping = cluster.client.submit(nap, 0.05, key="nap-1", pure=False)
+                assert await napping.result() == 0.05
+            with dask.annotate(**{CALLS_ANNOTATION: 2}):
+                gated = cluster.client.submit(wait_at_gate, 7, key="gated-2", pure=False)
             scheduler = cluster.scheduler
-            await cluster.until(lambda: "gated-x2-2" in scheduler.tasks
-                                and scheduler.tasks["gated-x2-2"].processing_on is not None,
+            await cluster.until(lambda: "gated-2" in scheduler.tasks
+                                and scheduler.tasks["gated-2"].processing_on is not None,
                                 "the gated task starting")
-            first = scheduler.tasks["gated-x2-2"].processing_on
+            first = scheduler.tasks["gated-2"].processing_on
             assert first is not None
             await scheduler.remove_worker(first.address, stimulus_id="seam-test-lost")
-            await cluster.until(lambda: scheduler.tasks["gated-x2-2"].processing_on
+            await cluster.until(lambda: scheduler.tasks["gated-2"].processing_on
                                 not in (None, first), "the task moving to the other worker")
             GATE.set()
             assert await gated.result() == 7
@@ -337,7 +340,8 @@ def test_the_usage_ledger_counts_calls_busy_time_and_calls_rerun_after_a_loss():
             workers = report["workers"]
             assert sum(w["calls"] for w in workers) == 5, (
                 "calls not counted: Dask's SchedulerPlugin.transition(key, 'processing', "
-                "'memory', worker=...) hook changed, or the ledger raised in it (see the log)")
+                "'memory', worker=...) hook or TaskState.annotations (set by dask.annotate "
+                "around Client.submit) changed, or the ledger raised in it (see the log)")
             assert sum(w["busy"] for w in workers) >= 0.04, (
                 "no compute time counted: Dask's transition hook no longer passes "
                 "startstops=[{'action': 'compute', 'start', 'stop'}]")

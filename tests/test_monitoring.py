@@ -12,9 +12,9 @@ import os
 import re
 import subprocess
 import sys
-import typing
 import urllib.request
 import uuid
+from typing import ClassVar
 
 import pytest
 from contract import CustomError, fail_on, square
@@ -71,14 +71,60 @@ def test_a_bad_progress_value_names_the_variable():
 
 
 # -------------------------------------------------------------- pure helpers
-def test_calls_are_read_from_task_keys():
-    from hpcfutures._reports.summary import calls_in_key
+def test_calls_are_read_from_task_annotations():
+    from types import SimpleNamespace as Task
 
-    assert calls_in_key("hpcf-1a2b3c4d-square-x64-17") == 64
-    assert calls_in_key("hpcf-1a2b3c4d-square-x64-17-alone") == 64
-    assert calls_in_key("hpcf-1a2b3c4d-square-17") == 1
-    assert calls_in_key("hpcf-1a2b3c4d-pick-x0-3") == 0
-    assert calls_in_key(("tuple", "key")) == 1
+    from hpcfutures._dask.usage import UsageLedger, _calls_of
+    from hpcfutures._reports.summary import CALLS_ANNOTATION
+
+    assert _calls_of(Task(annotations={CALLS_ANNOTATION: 64})) == 64
+    assert _calls_of(Task(annotations={CALLS_ANNOTATION: 0})) == 0  # picks a value only
+    assert _calls_of(Task(annotations={})) == 1 and _calls_of(None) == 1
+    assert _calls_of(Task(annotations={"priority": 3})) == 1
+    tasks = {"chunk": Task(annotations={CALLS_ANNOTATION: 64}, suspicious=1),
+             ("tuple", "key"): Task(annotations={}, suspicious=0)}
+    worker = Task(name="rank-2", host="node3", nthreads=1)
+    scheduler = Task(tasks=tasks, workers={"tcp://w": worker})
+    ledger = UsageLedger()
+    ledger._scheduler = scheduler
+    ledger.add_worker(scheduler, "tcp://w")
+    for key in tasks:
+        ledger.transition(key, "processing", "memory", worker="tcp://w", startstops=[])
+    ledger.transition("chunk", "waiting", "processing", worker="tcp://w")  # not an end
+    assert ledger.workers["tcp://w"]["calls"] == 65
+    assert ledger.retried == 64  # it ran on a worker that died
+
+
+def test_tasks_carry_their_call_counts_even_when_sent_alone():
+    import dask
+
+    from hpcfutures._facade.futures import TaskFuture
+    from hpcfutures._facade.sending import Sender
+    from hpcfutures._remote.calls import run_chunk_task, run_task
+    from hpcfutures._reports.summary import CALLS_ANNOTATION
+
+    seen = {}
+
+    class Client:  # records the annotations in force when each task is made
+        def map(self, runner, *columns, key, pure):
+            if len(key) > 1:
+                raise TypeError("cannot pickle")  # a failed batch: each task goes alone
+            seen[key[0]] = dask.get_annotations().get(CALLS_ANNOTATION)
+            return [object()]
+
+        def submit(self, runner, *args, key, pure):
+            seen[key] = dask.get_annotations().get(CALLS_ANNOTATION)
+            return object()
+
+    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print)
+    sender.count_calls = True
+    chunk = ([(1,)] * 64,)
+    sender.send_queued([(TaskFuture(), run_chunk_task, square, chunk, {}, False),
+                        (TaskFuture(), run_chunk_task, square, chunk, {}, False),
+                        (TaskFuture(), run_task, square, (1,), {}, False)])
+    assert sorted(seen.values(), key=str) == [64, 64, None]  # one call: no annotation
+    assert sum(key.endswith("-alone") for key in seen) == 2
+    assert dask.get_annotations() == {}  # nothing leaks into the loop's context
 
 
 def test_summary_table_sums_workers_and_names_losses():
@@ -133,7 +179,7 @@ def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     from hpcfutures._facade.roster import WorkerRoster
 
     class Scheduler:
-        workers: typing.ClassVar[dict] = {}
+        workers: ClassVar[dict] = {}
 
         async def identity(self, n_workers):
             return {"workers": self.workers}

@@ -15,8 +15,9 @@ from typing import Any, TypedDict
 
 from distributed import Client, Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.scheduler import TaskState
 
-from .._reports.summary import calls_in_key
+from .._reports.summary import CALLS_ANNOTATION
 
 __all__ = ["UsageLedger", "UsageReport", "WorkerUsage", "report_and_remove", "start_usage",
            "usage_report"]
@@ -86,12 +87,12 @@ class UsageLedger(SchedulerPlugin):
         entry = self.workers.get(worker) if isinstance(worker, str) else None
         if entry is None:
             return
-        calls = calls_in_key(key)
+        task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
+        calls = _calls_of(task)
         entry["calls"] += calls
         entry["busy"] += sum(part["stop"] - part["start"]
                              for part in kwargs.get("startstops") or ()
                              if part["action"] == "compute")
-        task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
         if task is not None and task.suspicious:
             self.retried += calls  # it was running on a worker that died
 
@@ -132,3 +133,11 @@ async def usage_report(client: Client, name: str) -> UsageReport | None:
     """The ledger's report (and the ledger removed), None if it is gone."""
     report: UsageReport | None = await client.run_on_scheduler(report_and_remove, name)
     return report
+
+
+def _calls_of(task: TaskState | None) -> int:
+    """User calls a task carries: 1 unless the client annotated it otherwise."""
+    if task is None:
+        return 1
+    calls = task.annotations.get(CALLS_ANNOTATION, 1)
+    return int(calls)

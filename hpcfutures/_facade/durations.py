@@ -1,9 +1,9 @@
 """How long each function's calls take on the workers, learned as tasks finish.
 
-Both batching paths (``map`` chunks and ``submit`` bundles) size their Dask
-tasks from these estimates, and keep them for the executor's lifetime, so the
-second ``map`` of a function starts with well-sized chunks instead of
-measuring again.
+The batching engine (:mod:`.batching`) sizes every group of calls, ``map``
+chunks and ``submit`` bundles alike, from these estimates, and keeps them for
+the executor's lifetime, so the second ``map`` of a function starts with
+well-sized chunks instead of measuring again.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ whose ``__enter__`` gives ``None``).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import itertools
 import threading
 import time
 import weakref
@@ -20,6 +19,7 @@ from typing import Any, ClassVar
 from .._launch.session import Session
 from .._support.config import resolve_settings
 from .._support.options import given
+from .arguments import refuse_foreign_futures
 from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
 from .mapping import MapRun
@@ -186,7 +186,7 @@ class Executor(cf.Executor):
         """Schedule ``fn(*args, **kwargs)`` on a worker; return its future."""
         with self._lock:
             bridge = self._usable_bridge()
-            _refuse_foreign_futures(args, kwargs)
+            refuse_foreign_futures(args, kwargs)
             return bridge.submit(fn, args, kwargs)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
@@ -194,7 +194,7 @@ class Executor(cf.Executor):
             progress: bool | str | None = None) -> Iterator[Any]:
         """Like :func:`map`, run on the workers; results come back in order.
 
-        Items are grouped into Dask tasks adaptively (see :mod:`._mapping`):
+        Items are grouped into Dask tasks adaptively (see :mod:`.batching`):
         ``chunksize`` is the smallest group, and tiny tasks are batched further
         as their durations become known.  The iterator raises ``TimeoutError``
         if a result is not ready ``timeout`` s after the call, and an item's
@@ -214,8 +214,7 @@ class Executor(cf.Executor):
         with self._lock:
             bridge = self._usable_bridge()
             bar = None if mode == "off" else open_bar(mode, len(items), fn)
-            run = MapRun(bridge, fn, items, chunksize, bridge.worker_threads,
-                         progress=bar).start()
+            run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
             self._map_runs.add(run)
         return run.results(end_time)
 
@@ -255,15 +254,6 @@ class Executor(cf.Executor):
                 run.finished.wait()
             cf.wait(bridge.outstanding())
         self._session.finish(status)
-
-
-def _refuse_foreign_futures(args: tuple, kwargs: dict) -> None:
-    for value in itertools.chain(args, kwargs.values()):
-        if isinstance(value, cf.Future) and not isinstance(value, TaskFuture):
-            raise TypeError(
-                "a concurrent.futures.Future from another executor cannot be sent to the "
-                "cluster; pass its .result() instead"
-            )
 
 
 class LocalExecutor(Executor):

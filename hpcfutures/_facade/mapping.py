@@ -1,17 +1,14 @@
-"""``Executor.map`` with adaptive batching.
+"""``Executor.map``: items in order, sent in chunks sized by the batching engine.
 
 Dask pays a fixed cost per task (about a millisecond of scheduler and network
 work), so sending each item of a large ``map`` as its own task caps the rate
-near a thousand items per second.  A :class:`MapRun` instead sends *chunks*:
-
-* the first chunks are small (``chunksize`` items), and each chunk reports how
-  long its items took on the worker;
-* later chunks are sized so that one takes about :data:`TARGET_SECONDS`, so
-  tiny tasks are batched by the thousand while long ones go one by one;
-* no chunk takes more than a fair share of what is left, and at most two
-  chunks per worker thread are in flight, so batching never costs load balance
-  at the end of the run; but a chunk is not split below a few milliseconds of
-  work, where another round trip would cost more than it balances.
+near a thousand items per second.  A :class:`MapRun` is instead a stream of
+the batching engine (:mod:`.batching`), which cuts it into *chunks*: small
+ones (``chunksize`` items) while the function's duration is unknown, then
+chunks of about a target duration, never more than a fair share of what is
+left, and never more in flight than the workers can take, shared with any
+other ``map`` and with ``submit``.  Each chunk reports how long its items took
+on the worker, which sizes the next ones.
 
 Results are yielded in order as chunks complete; an item's exception is raised
 at its position; ``timeout`` and cancellation (closing the iterator, or
@@ -20,45 +17,33 @@ at its position; ``timeout`` and cancellation (closing the iterator, or
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
 from typing import Any
 
-from .._remote.calls import ChunkOutcome, restore_traceback, run_chunk_task
+from .._remote.calls import ChunkOutcome, restore_traceback
+from .arguments import futures_in
+from .batching import Stream
+from .futures import TaskFuture
 from .progress import MapProgress
 
 __all__ = ["MapRun"]
 
-#: Seconds of work one Dask task should carry once item durations are known.
-TARGET_SECONDS = 0.05
-#: Chunks in flight per worker thread: one running, one queued behind it.
-IN_FLIGHT_PER_THREAD = 2
-#: How much bigger than the previous chunk the next may be while learning.
-GROWTH = 16
-#: Seconds of work below which a chunk is not split for load balance: a
-#: Dask task's round trip costs a few milliseconds, so halving a chunk that
-#: short only adds round trips at the end of the run.
-MIN_SPLIT_SECONDS = 0.005
 
-
-class MapRun:
-    """One ``map`` call: feeds chunks to the bridge, collects outcomes in order."""
+class MapRun(Stream):
+    """One ``map`` call: a stream of argument tuples; collects chunk outcomes in order."""
 
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
-                 chunksize: int, threads: Callable[[], int], *,
-                 progress: MapProgress | None = None) -> None:
+                 chunksize: int, *, progress: MapProgress | None = None) -> None:
+        super().__init__(fn, items, min_size=chunksize)
         self._bridge = bridge
-        self._fn = fn
-        self._pending = collections.deque(items)
+        self._batcher = bridge.batcher
         self._total = len(items)
         self._dispatched = 0
-        self._min_chunk = chunksize
-        self._next_size = chunksize
-        self._threads = threads
-        self._durations = bridge.durations
+        #: Whether items hold this executor's futures (then each chunk is resolved).
+        self._depends = any(isinstance(f, TaskFuture) for f in futures_in(items))
         self._in_flight: dict[Any, int] = {}
         self._outcomes: dict[int, ChunkOutcome] = {}
         self._cond = threading.Condition()
@@ -70,51 +55,30 @@ class MapRun:
 
     # -------------------------------------------------------------- feeding
     def start(self) -> MapRun:
+        """Hand the items to the engine; the bridge's loop thread sends the chunks."""
         with self._cond:
-            self._feed()
+            self._check_finished()  # an empty map is done at once
+        if not self.finished.is_set():
+            self._batcher.open(self)
+            self._bridge.wake()
         return self
 
-    def _feed(self) -> None:
-        """Send chunks until the in-flight budget is used (call with the lock held)."""
-        if self._stopped:
-            # Cancelling runs this in the user's thread with the lock held; asking
-            # for the thread count would then wait for the loop, whose callbacks
-            # wait for the lock: a deadlock on scancel mid-map.
-            self._check_finished()
-            return
-        budget = IN_FLIGHT_PER_THREAD * max(1, self._threads())
-        while not self._stopped and self._pending and len(self._in_flight) < budget:
-            size = self._chunk_size(budget)
-            chunk = [self._pending.popleft() for _ in range(min(size, len(self._pending)))]
-            start = self._dispatched
-            self._dispatched += len(chunk)
-            try:
-                future = self._bridge.submit(self._fn, (chunk,), {}, runner=run_chunk_task)
-            except Exception as err:  # e.g. the executor broke meanwhile
-                self._outcomes[start] = ChunkOutcome([], err)
-                self._stopped = True
-                break
-            self._in_flight[future] = start
-            future.add_done_callback(self._chunk_done)
-        self._check_finished()
-
-    def _chunk_size(self, budget: int) -> int:
-        fair_share = max(1, len(self._pending) // budget)
-        estimate = self._durations.get(self._fn)
-        if estimate is None:
-            wanted = self._next_size
+    def dispatch(self, calls: list) -> None:
+        """Send a chunk the engine cut off this map (loop thread)."""
+        with self._cond:
+            if self._stopped:  # cancelled since the engine cut it
+                future = None
+            else:
+                future = self._bridge.send_chunk(self.fn, calls, self._depends)
+                self._in_flight[future] = self._dispatched
+                self._dispatched += len(calls)
+        if future is None:
+            self._batcher.done(self)
         else:
-            estimate = max(estimate, 1e-7)
-            wanted = int(TARGET_SECONDS / estimate)
-            wanted = min(wanted, self._next_size * GROWTH)  # grow in steps, shrink at once
-            # Near the end, share what is left, but not in slivers of work
-            # shorter than a round trip.
-            fair_share = max(fair_share, int(MIN_SPLIT_SECONDS / estimate))
-        size = max(self._min_chunk, min(wanted, fair_share))
-        self._next_size = max(size, 1)
-        return size
+            future.add_done_callback(self._chunk_done)
 
     def _chunk_done(self, future: Any) -> None:
+        measured: list = []
         with self._cond:
             start = self._in_flight.pop(future, None)
             if start is None:
@@ -128,14 +92,12 @@ class MapRun:
                     self._count(outcome)
                 if outcome.error is not None:
                     self._stopped = True  # nothing after the error is ever yielded
-                else:
-                    self._learn(outcome)
-            self._feed()
+                elif outcome.values:
+                    measured.append((self.fn, outcome.seconds / len(outcome.values)))
+            self._batcher.done(self, measured)
+            self._check_finished()
             self._cond.notify_all()
-
-    def _learn(self, outcome: ChunkOutcome) -> None:
-        if outcome.values:
-            self._durations.record(self._fn, outcome.seconds / len(outcome.values))
+        self._bridge.wake()  # room for another chunk, of this map or another stream
 
     def _count(self, outcome: ChunkOutcome) -> None:
         calls = len(outcome.values) + (outcome.error is not None)
@@ -145,7 +107,11 @@ class MapRun:
             self._tally.calls_done(calls, failed=int(outcome.error is not None))
 
     def _check_finished(self) -> None:
-        if not self._in_flight and (self._stopped or not self._pending):
+        """Call with the lock held; once nothing more will come back, leave the engine."""
+        if self._stopped:
+            self._batcher.close(self)
+        if not self._in_flight and (self._stopped or self._dispatched == self._total):
+            self._batcher.close(self)
             self.finished.set()
             if self._progress is not None:
                 self._progress.close()

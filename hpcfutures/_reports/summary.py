@@ -8,11 +8,12 @@ Two sources, because neither alone knows everything::
     (_dask/usage.py)         re-run after a lost worker
 
 hpcfutures packs many user calls into one Dask task (map chunks, submit
-bundles), so the scheduler counts calls by reading the task's key: the
-client names a task carrying ``n`` calls ``...-x<n>-<counter>`` (see
-:func:`calls_in_key`).  This module formats; it reads nothing of Dask's (the
-ledger is a Dask scheduler plug-in, so it lives in :mod:`hpcfutures._dask`).
-Nothing here runs unless ``summary`` is on.
+bundles), so with ``summary`` on the client gives each task that carries other
+than one call a Dask annotation, :data:`CALLS_ANNOTATION`, with the number
+(``_facade/sending.py``), and the ledger reads it from the task's state.  This
+module formats; it reads nothing of Dask's (the ledger is a Dask scheduler
+plug-in, so it lives in :mod:`hpcfutures._dask`).  Nothing here runs unless
+``summary`` is on.
 """
 
 from __future__ import annotations
@@ -24,18 +25,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CallTally", "calls_in_key", "format_summary"]
+__all__ = ["CALLS_ANNOTATION", "CallTally", "format_summary"]
 
-#: "...-square-x64-17" or "...-square-x64-17-alone": a task of 64 calls.
-_CALLS = re.compile(r"-x(\d+)-\d+(?:-alone)?$")
+#: The Dask annotation that holds how many user calls a task carries (1 if absent).
+CALLS_ANNOTATION = "hpcfutures_calls"
 #: Workers listed one by one; more are summed up in one line.
 MAX_ROWS = 16
-
-
-def calls_in_key(key: Any) -> int:
-    """User calls carried by the Dask task ``key`` (1 unless the key says otherwise)."""
-    match = _CALLS.search(key if isinstance(key, str) else str(key))
-    return int(match.group(1)) if match else 1
 
 
 class CallTally:

@@ -1,0 +1,204 @@
+"""The batching engine: how many calls each Dask task carries, and when it goes.
+
+Dask spends about a millisecond per task on the scheduler and the network, so
+sending each tiny call as its own task would cap a run near a thousand calls
+per second; packing long calls together would instead leave workers idle.
+One engine serves ``map`` and ``submit`` alike.  Calls wait in *streams* (one
+per running ``map``, one for the plain ``submit`` calls) and the engine cuts
+*groups* off the front of each stream:
+
+* a function not measured yet goes in groups of the stream's smallest size
+  (``chunksize`` for ``map``, 1 for ``submit``), which measures it;
+* a measured function goes in groups of about :data:`TARGET_SECONDS` of work,
+  at most :data:`GROWTH` times the stream's previous group (a first
+  measurement may flatter), and at most a fair share of what the stream has
+  left, so the last calls still spread over every worker; but never split
+  below :data:`MIN_SPLIT_SECONDS` of work, where a round trip costs more than
+  the balance gains;
+* at most :data:`IN_FLIGHT_PER_THREAD` groups per worker thread are out at
+  once, all streams together, and a free place goes to the stream with the
+  fewest groups out (then to the one served longest ago), so concurrent maps
+  and submits share the workers evenly.
+
+The engine holds no Dask object and reads no clock: the workers measure each
+call, the owner of a group feeds the seconds back through :meth:`Batcher.done`,
+and the unit tests drive it with made-up durations.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .durations import Durations
+
+__all__ = ["Batcher", "Stream"]
+
+#: Seconds of measured work one group should carry.  One figure for both
+#: paths: long enough that a task's fixed cost (about a millisecond) stays a
+#: few percent, short enough that a submitted call's future completes promptly
+#: and a map's first results arrive within a blink (see the module docstring).
+TARGET_SECONDS = 0.05
+#: Groups in flight per worker thread: one running, one queued behind it.
+IN_FLIGHT_PER_THREAD = 2
+#: How much bigger than the stream's previous measured group the next may be.
+GROWTH = 16
+#: Seconds of work below which a group is not split for load balance.
+MIN_SPLIT_SECONDS = 0.005
+#: Shortest duration believed: keeps sizes finite for calls measured as free.
+_FLOOR_SECONDS = 1e-7
+
+
+class Stream:
+    """Calls waiting to be grouped: here, arguments of one function (a ``map``).
+
+    Subclasses with calls of several functions override :meth:`head_fn` and
+    :meth:`take`; the owner of a stream overrides :meth:`dispatch`.  The
+    ``pending`` deque and the bookkeeping below belong to the engine's lock.
+    """
+
+    def __init__(self, fn: Callable[..., Any] | None = None, calls: Iterable[Any] = (),
+                 min_size: int = 1) -> None:
+        self.fn = fn
+        self.pending: collections.deque = collections.deque(calls)
+        self.min_size = max(1, min_size)
+        #: Size of the last group cut with a known duration: the growth base.
+        self.next_size = self.min_size
+        self.in_flight = 0
+        self.last_served = -1
+
+    def head_fn(self) -> Callable[..., Any] | None:
+        """The function of the first waiting call; None when nothing waits."""
+        return self.fn if self.pending else None
+
+    def take(self, n: int) -> list:
+        """Up to ``n`` calls off the front, all of the head's function."""
+        pending = self.pending
+        return [pending.popleft() for _ in range(min(n, len(pending)))]
+
+    def dispatch(self, calls: list) -> None:
+        """Send a group the engine cut (called outside the engine's lock)."""
+        raise NotImplementedError
+
+
+class Batcher:
+    """Cuts groups off every open stream within one in-flight budget (thread-safe)."""
+
+    def __init__(self, threads: Callable[[], int], durations: Durations | None = None) -> None:
+        self._threads = threads
+        #: Seconds per call by function, shared by every stream for the executor's life.
+        self.durations = durations if durations is not None else Durations()
+        self._streams: list[Stream] = []
+        self._in_flight = 0
+        self._served = itertools.count()
+        self._lock = threading.Lock()
+
+    # --------------------------------------------------------------- streams
+    def open(self, stream: Stream) -> None:
+        with self._lock:
+            self._streams.append(stream)
+
+    def close(self, stream: Stream) -> None:
+        """Drop what ``stream`` still holds; its groups in flight still count until done."""
+        with self._lock:
+            stream.pending.clear()
+            if stream in self._streams:
+                self._streams.remove(stream)
+
+    def add(self, stream: Stream, call: Any) -> None:
+        with self._lock:
+            stream.pending.append(call)
+
+    def take_out(self, stream: Stream, wanted: Callable[[Any], bool]) -> Any:
+        """Remove the first call ``wanted`` picks and count it as a group in flight.
+
+        For a call that must go at once, alone (its future became an argument);
+        returns None if no waiting call matches.
+        """
+        with self._lock:
+            for index, call in enumerate(stream.pending):
+                if wanted(call):
+                    del stream.pending[index]
+                    self._count_out(stream)
+                    return call
+        return None
+
+    # ----------------------------------------------------------------- groups
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def budget(self) -> int:
+        """Groups that may be out at once: enough to keep every worker thread busy."""
+        return IN_FLIGHT_PER_THREAD * max(1, self._threads())
+
+    def plan(self) -> list[tuple[Stream, list]]:
+        """Cut the groups there is room for now; the caller dispatches them in order."""
+        groups = []
+        with self._lock:
+            budget = self.budget()
+            while self._in_flight < budget:
+                stream = self._neediest()
+                if stream is None:
+                    break
+                calls = self._cut(stream, budget)
+                if calls:  # else every call it held was cancelled meanwhile
+                    groups.append((stream, calls))
+                    self._count_out(stream)
+        return groups
+
+    def done(self, stream: Stream,
+             measured: Iterable[tuple[Callable[..., Any], float]] = ()) -> None:
+        """A group of ``stream`` came back (or was given up); learn its durations.
+
+        ``measured`` holds (function, seconds per call) pairs from the workers.
+        """
+        for fn, seconds in measured:
+            self.durations.record(fn, seconds)
+        with self._lock:
+            stream.in_flight -= 1
+            self._in_flight -= 1
+
+    def _count_out(self, stream: Stream) -> None:
+        stream.in_flight += 1
+        stream.last_served = next(self._served)
+        self._in_flight += 1
+
+    def _neediest(self) -> Stream | None:
+        """The waiting stream with the fewest groups out, then the longest unserved."""
+        waiting = [s for s in self._streams if s.head_fn() is not None]
+        if not waiting:
+            return None
+        return min(waiting, key=lambda s: (s.in_flight, s.last_served))
+
+    def _cut(self, stream: Stream, budget: int) -> list:
+        """The next group of ``stream``: the sizing rule of the module docstring."""
+        fair = max(1, len(stream.pending) // budget)
+        members: list = []
+        planned = 0.0
+        measured = False
+        while (fn := stream.head_fn()) is not None:
+            estimate = self.durations.get(fn)
+            if estimate is None:  # unknown: a smallest group, which measures it
+                if not members:
+                    members = stream.take(stream.min_size)
+                break
+            estimate = max(estimate, _FLOOR_SECONDS)
+            measured = True
+            cap = min(stream.next_size * GROWTH,
+                      max(fair, int(MIN_SPLIT_SECONDS / estimate)))
+            room = min(int((TARGET_SECONDS - planned) / estimate + 1e-9), cap - len(members))
+            room = max(room, stream.min_size - len(members))
+            if room <= 0:
+                break
+            taken = stream.take(room)
+            members += taken
+            planned += len(taken) * estimate
+            if len(taken) == room:
+                break
+        if measured:
+            stream.next_size = max(len(members), stream.min_size)
+        return members

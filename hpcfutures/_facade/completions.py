@@ -1,0 +1,89 @@
+"""Completing futures as their Dask tasks end, without a round trip per task.
+
+The scheduler streams each task's end to the client; a finished task's result
+is then fetched together with every other result ready at that moment (one
+``gather`` for the lot).  If a batch cannot be fetched whole, its results are
+fetched one by one, so that one unpicklable result fails only its own future.
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from .._remote.calls import restore_traceback
+from .futures import TaskFuture, settle
+
+__all__ = ["Completions"]
+
+
+class Completions:
+    """Settles :class:`TaskFuture` objects from their Dask futures.
+
+    Args:
+        client: The Dask client.
+        lost: Called when a task ended neither finished nor erred while its
+            future still waits: the connection to the scheduler is gone.
+    """
+
+    def __init__(self, client: Any, lost: Callable[[], None]) -> None:
+        self._client = client
+        self._lost = lost
+        self._ready: list[tuple[Any, TaskFuture]] = []
+        self._gathering = False
+        #: Tasks running in the background, kept so the loop does not drop them.
+        self._background: set[asyncio.Future] = set()
+
+    def in_background(self, awaitable: Any) -> None:
+        """Run ``awaitable`` on the loop without waiting for it."""
+        task = asyncio.ensure_future(awaitable)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def follow(self, dask_future: Any, future: TaskFuture) -> None:
+        """Settle ``future`` when ``dask_future`` ends."""
+        self.in_background(self._watch(dask_future, future))
+
+    async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
+        exception = await dask_future.exception()
+        status = dask_future.status
+        if status == "finished":
+            self._ready.append((dask_future, future))
+            if not self._gathering:
+                self._gathering = True
+                self.in_background(self._gather_ready())
+        elif status == "error":
+            settle(future, exception=restore_traceback(exception))
+        elif not future.done():
+            self._lost()
+
+    async def _gather_ready(self) -> None:
+        """Fetch finished results in batches: one round trip for many tasks."""
+        try:
+            while self._ready:
+                batch, self._ready = self._ready, []
+                wanted = [(d, f) for d, f in batch if not f.done()]
+                if not wanted:
+                    continue
+                try:
+                    values = await self._client.gather([d for d, _ in wanted])
+                except Exception:
+                    values = None
+                if values is None:
+                    await self._gather_one_by_one(wanted)
+                    continue
+                for (_, future), value in zip(wanted, values, strict=False):
+                    settle(future, result=value)
+        finally:
+            self._gathering = False
+
+    async def _gather_one_by_one(self, batch: list[tuple[Any, TaskFuture]]) -> None:
+        for dask_future, future in batch:
+            try:
+                value = await self._client.gather(dask_future)
+            except Exception as err:
+                settle(future, exception=restore_traceback(err))
+            else:
+                settle(future, result=value)

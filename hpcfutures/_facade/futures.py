@@ -1,0 +1,59 @@
+"""The futures an executor hands out, and the one way they are completed.
+
+A :class:`TaskFuture` is a real :class:`concurrent.futures.Future`, so
+``wait``, ``as_completed`` and ``add_done_callback`` work unchanged.  It also
+remembers how its value can be reached on the cluster (its Dask future, or
+its place in a bundle), so that passing it to another ``submit`` makes a
+dependency that Dask resolves worker to worker.
+
+Several paths may complete the same future (its task finished, its bundle
+failed, the executor broke); :func:`settle` lets the first one win.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Any
+
+__all__ = ["TaskFuture", "mark_running", "settle"]
+
+
+class TaskFuture(cf.Future):
+    """A ``concurrent.futures.Future`` for a task of an hpcfutures executor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: The Dask future computing this value, once sent on its own.
+        self._dask: Any = None
+        #: (bundle future, index) once sent inside a bundle (see bundles.py).
+        self._bundle: tuple[TaskFuture, int] | None = None
+
+
+def settle(future: cf.Future, result: Any = None, exception: BaseException | None = None) -> None:
+    """Complete ``future`` unless the user cancelled it (or it is already done).
+
+    A future may already be RUNNING (sent to a worker inside a bundle, so it
+    can no longer be cancelled, as with ``ProcessPoolExecutor``).
+    """
+    if not future.running():
+        try:
+            if not future.set_running_or_notify_cancel():
+                return
+        except RuntimeError:  # finished meanwhile (e.g. failed by a broken executor)
+            if not future.running():
+                return
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+    except cf.InvalidStateError:
+        pass  # settled by another path first (a broken executor)
+
+
+def mark_running(future: cf.Future) -> None:
+    """Sent to a worker: like ``ProcessPoolExecutor``'s call queue, no longer cancellable."""
+    try:
+        future.set_running_or_notify_cancel()
+    except RuntimeError:
+        pass  # already settled (e.g. by a broken executor)

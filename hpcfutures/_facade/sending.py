@@ -1,0 +1,205 @@
+"""Sending hpcfutures tasks to Dask: keys, dependencies, one message per batch.
+
+Runs on the client's loop thread only: the Dask client is not thread-safe
+(from another thread its methods turn into blocking calls into the loop).
+Tasks queued together go as one graph per runner (one ``update-graph``
+message, not one per task).  If something in a batch cannot be pickled,
+each task is sent alone, so that only the culprit fails.
+
+With the end-of-run summary on, each task carries the number of user calls it
+stands for as a Dask annotation (:data:`~.._reports.summary.CALLS_ANNOTATION`),
+which the scheduler's ledger reads; tasks of one call carry nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .._remote.calls import pick, run_chunk_task, run_task
+from .._reports.summary import CALLS_ANNOTATION
+from .arguments import swap_futures
+from .futures import TaskFuture, settle
+
+__all__ = ["Sender"]
+
+logger = logging.getLogger("hpcfutures")
+
+
+class _NotSentYet(Exception):
+    """A future used as an argument is still waiting in the submission queue."""
+
+
+class Sender:
+    """Names tasks, swaps dependencies for Dask futures and sends them (loop thread).
+
+    Args:
+        client: The Dask client.
+        follow: ``follow(dask_future, future)`` settles ``future`` when its task ends.
+        send_now: Sends a call still held for bundling at once (it became an argument).
+    """
+
+    def __init__(self, client: Any, follow: Callable[[Any, TaskFuture], None],
+                 send_now: Callable[[TaskFuture], None]) -> None:
+        self._client = client
+        self._follow = follow
+        self._send_now = send_now
+        self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
+        self._counter = itertools.count()
+        #: Annotate tasks with their call counts (only for the end-of-run summary).
+        self.count_calls = False
+
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}{name}-{next(self._counter)}"
+
+    def _counted(self, calls: int) -> contextlib.AbstractContextManager:
+        """Annotate the tasks made inside with ``calls`` (summary on).
+
+        Wrap the client's call and nothing else: a coroutine started inside
+        would copy the annotation into its context and pass it on to every
+        task sent from there.
+        """
+        if not self.count_calls or calls == 1:
+            return contextlib.nullcontext()
+        import dask  # imported by the client already; here only when counting
+
+        return dask.annotate(**{CALLS_ANNOTATION: calls})
+
+    # ------------------------------------------------------------- batches
+    def send_queued(self, items: list[tuple]) -> None:
+        """Send ``(future, runner, fn, args, kwargs, depends)`` items, in order."""
+        groups: dict[tuple, list] = {}
+        for future, runner, fn, args, kwargs, depends in items:
+            if future.done():
+                continue
+            if depends:
+                resolved = self._resolve_or_settle(future, runner, fn, args, kwargs)
+                if resolved is _NotSentYet:
+                    # A dependency is queued in this very batch: send what came before it.
+                    self._send_groups(groups)
+                    groups = {}
+                    resolved = self._resolve_or_settle(future, runner, fn, args, kwargs,
+                                                       last_try=True)
+                if resolved is None:
+                    continue
+                args, kwargs = resolved
+            # One graph per runner; per call count too when counts are annotated.
+            calls = len(args[0]) if runner is run_chunk_task and self.count_calls else 1
+            name = getattr(fn, "__name__", "task")
+            groups.setdefault((runner, calls), []).append(
+                (future, fn, args, kwargs, self._key(name)))
+        self._send_groups(groups)
+
+    def _send_groups(self, groups: dict[tuple, list]) -> None:
+        for (runner, calls), group in groups.items():
+            self._send(runner, group, calls)
+
+    def _send(self, runner: Callable[..., Any], group: list, calls: int) -> None:
+        columns = zip(*[(fn, args, kwargs) for _, fn, args, kwargs, _ in group], strict=True)
+        try:
+            with self._counted(calls):
+                dask_futures = self._client.map(runner, *columns,
+                                                key=[key for *_, key in group], pure=False)
+        except Exception:
+            dask_futures = [self._send_one(runner, item, calls) for item in group]
+        for (future, *_), dask_future in zip(group, dask_futures, strict=False):
+            if dask_future is not None:
+                future._dask = dask_future
+                self._follow(dask_future, future)
+
+    def _send_one(self, runner: Callable[..., Any], item: tuple, calls: int = 1) -> Any:
+        future, fn, args, kwargs, key = item
+        try:
+            # A fresh key: Dask already registered the failed batch's keys and
+            # would hand back those never-to-finish futures.
+            with self._counted(calls):
+                return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
+                                           pure=False)
+        except Exception as err:
+            settle(future, exception=_submission_error(fn, err))
+            return None
+
+    # ------------------------------------------------------ single tasks
+    def launch_internal(self, runner: Callable[..., Any], args: tuple, name: str,
+                        calls: int = 1) -> TaskFuture | None:
+        """Send one task of the library's own (a bundle); None if it cannot be pickled."""
+        key = self._key(name)
+        try:
+            with self._counted(calls):
+                dask_future = self._client.submit(runner, *args, key=key, pure=False)
+        except Exception:
+            logger.debug("could not send %s as one task", key, exc_info=True)
+            return None
+        internal = TaskFuture()
+        internal._dask = dask_future
+        self._follow(dask_future, internal)
+        return internal
+
+    def launch_alone(self, future: TaskFuture, fn: Callable[..., Any], args: tuple,
+                     kwargs: dict) -> None:
+        """Send one user call as its own Dask task (its failure stays its own)."""
+        key = self._key(getattr(fn, "__name__", "task"))
+        dask_future = self._send_one(run_task, (future, fn, args, kwargs, key))
+        if dask_future is not None:
+            future._dask = dask_future
+            self._follow(dask_future, future)
+
+    # ------------------------------------------------------- dependencies
+    def _resolve_or_settle(self, future: TaskFuture, runner: Callable[..., Any],
+                           fn: Callable[..., Any], args: tuple, kwargs: dict,
+                           last_try: bool = False) -> Any:
+        """(args, kwargs) with Dask futures in; ``_NotSentYet``; or None once
+        ``future`` failed because a dependency cannot be had."""
+        try:
+            if runner is run_chunk_task:  # args == (chunk,): a list of argument tuples
+                return ([swap_futures(item, self._dask_handle) for item in args[0]],), kwargs
+            return swap_futures(args, self._dask_handle), swap_futures(kwargs, self._dask_handle)
+        except _NotSentYet:
+            if not last_try:
+                return _NotSentYet
+            err = RuntimeError("a future passed as an argument was never sent (it belongs "
+                               "to an executor that is not running)")
+            settle(future, exception=err)
+            return None
+        except Exception as err:
+            settle(future, exception=_submission_error(fn, err))
+            return None
+
+    def _dask_handle(self, future: cf.Future) -> Any:
+        """The Dask future standing for ``future``'s result, made on demand."""
+        if not isinstance(future, TaskFuture):
+            return future  # another executor's, inside a map item: fails as unpicklable
+        if future._dask is not None:
+            return future._dask
+        if future.cancelled():
+            raise cf.CancelledError("a future passed as an argument was cancelled")
+        if future._bundle is None and not future.done():
+            self._send_now(future)
+        if future._bundle is not None:
+            bundle, index = future._bundle
+            with self._counted(0):  # picks a value, runs no call
+                future._dask = self._client.submit(pick, bundle._dask, index,
+                                                   key=self._key("pick"), pure=False)
+            return future._dask
+        if future.done():
+            return future.result()  # failed before it was sent: raises its error
+        raise _NotSentYet
+
+
+def _submission_error(fn: Callable[..., Any], err: Exception) -> Exception:
+    """Explain why a task could not even be sent (usually: it cannot be pickled)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if isinstance(err, (cf.CancelledError, RuntimeError)) and "argument" in str(err):
+        return err
+    wrapped = TypeError(
+        f"could not send task {name!r} to the cluster: {type(err).__name__}: {err}. "
+        "The function and its arguments must be picklable with cloudpickle (no open "
+        "files, locks, sockets or generators)"
+    )
+    wrapped.__cause__ = err
+    return wrapped

@@ -1,0 +1,277 @@
+"""The batching engine, driven by made-up durations: no cluster, no sleeps, no processes.
+
+The engine (``_facade/batching.py``) decides how many calls each Dask task
+carries and how many tasks are out at once; these tests feed it measured
+seconds per call and check the groups it cuts for ``map`` streams and for the
+``submit`` stream, the in-flight budget, and the share between streams.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+
+import pytest
+
+from hpcfutures._facade import batching
+from hpcfutures._facade.arguments import futures_in, refuse_foreign_futures, swap_futures
+from hpcfutures._facade.batching import Batcher, Stream
+from hpcfutures._facade.bundles import SubmitStream
+from hpcfutures._facade.futures import TaskFuture
+
+
+def square(x):
+    return x * x
+
+
+def cube(x):
+    return x ** 3
+
+
+def slow(x):
+    return x
+
+
+class Threads:
+    """The cluster's worker threads, as the bridge would report them."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self) -> int:
+        return self.n
+
+
+def engine(threads: int = 2, **known: float) -> Batcher:
+    """An engine with ``threads`` worker threads and some durations already measured."""
+    batcher = Batcher(Threads(threads))
+    for name, seconds in known.items():
+        batcher.durations.record(globals()[name], seconds)
+    return batcher
+
+
+def sizes(groups) -> list[int]:
+    return [len(calls) for _, calls in groups]
+
+
+# ------------------------------------------------------------------ budget
+def test_budget_is_two_groups_per_worker_thread_and_follows_the_cluster():
+    threads = Threads(3)
+    batcher = Batcher(threads)
+    stream = Stream(slow, range(100))
+    batcher.open(stream)
+    assert batcher.budget() == 6
+    assert len(batcher.plan()) == 6 and batcher.in_flight == 6
+    assert batcher.plan() == []  # full: nothing more until a group comes back
+    threads.n = 4  # two more threads joined
+    assert len(batcher.plan()) == 2
+    batcher.done(stream)
+    assert len(batcher.plan()) == 1 and batcher.in_flight == 8
+
+
+def test_an_unmeasured_function_goes_in_groups_of_the_smallest_size():
+    batcher = engine()
+    single, chunked = Stream(slow, range(10)), Stream(square, range(1000), min_size=64)
+    batcher.open(single)
+    assert sizes(batcher.plan()) == [1, 1, 1, 1]
+    batcher.close(single)
+    for _ in range(4):
+        batcher.done(single)
+    batcher.open(chunked)
+    assert sizes(batcher.plan()) == [64, 64, 64, 64]
+
+
+# ------------------------------------------------------------- group sizes
+def test_groups_grow_from_the_first_measurement_towards_the_target():
+    batcher = engine(threads=1)
+    stream = Stream(square, range(100_000))
+    batcher.open(stream)
+    first = batcher.plan()
+    assert sizes(first) == [1, 1]  # unknown: measured one by one
+    batcher.done(stream, [(square, 0.001)])  # 1 ms per call: target = 50 calls
+    assert sizes(batcher.plan()) == [16]  # at most GROWTH times the previous group
+    batcher.done(stream, [(square, 0.001)])
+    assert sizes(batcher.plan()) == [50]  # then the target's worth of work
+    assert batching.TARGET_SECONDS / 0.001 == pytest.approx(50)
+
+
+@pytest.mark.parametrize("seconds, expected", [
+    (1.0, 1),        # long calls go alone
+    (0.01, 5),       # 50 ms of work
+    (0.0005, 100),
+    (1e-6, 16 * 16),  # tiny calls: growth is what limits
+])
+def test_group_size_for_a_measured_duration(seconds, expected):
+    batcher = engine(threads=1, square=seconds)
+    stream = Stream(square, range(100_000))
+    batcher.open(stream)
+    stream.next_size = 16  # a previous group of 16
+    assert sizes(batcher.plan())[0] == expected
+
+
+def test_chunksize_is_the_smallest_group_even_for_long_calls():
+    batcher = engine(threads=1, square=1.0)
+    stream = Stream(square, range(1000), min_size=8)
+    batcher.open(stream)
+    assert sizes(batcher.plan()) == [8, 8]
+
+
+def test_fair_share_spreads_the_last_calls_over_every_worker():
+    batcher = engine(threads=4, square=0.002)  # budget 8; target: 25 calls
+    stream = Stream(square, range(40))
+    batcher.open(stream)
+    stream.next_size = 1000
+    groups = sizes(batcher.plan())
+    assert groups == [5, 4, 3, 3, 3, 2, 2, 2]  # what is left / budget, at each cut
+    assert len(stream.pending) == 40 - sum(groups)
+
+
+def test_tiny_calls_are_not_split_below_a_round_trip():
+    batcher = engine(threads=4, square=1e-5)  # MIN_SPLIT_SECONDS: 500 calls
+    stream = Stream(square, range(300))
+    batcher.open(stream)
+    stream.next_size = 1000
+    assert sizes(batcher.plan()) == [300]
+
+
+def test_durations_are_learned_from_what_groups_report():
+    batcher = engine(threads=1)
+    stream = Stream(square, range(10_000))
+    batcher.open(stream)
+    batcher.plan()
+    batcher.done(stream, [(square, 0.010)])
+    batcher.done(stream, [(square, 0.002)])
+    assert batcher.durations.get(square) == pytest.approx(0.006)  # smoothed
+    assert batcher.durations.get(cube) is None
+
+
+# -------------------------------------------------------- the submit stream
+class Held:
+    """A stand-in for a held call's future: only ``done()`` is asked."""
+
+    def __init__(self, cancelled: bool = False) -> None:
+        self.cancelled = cancelled
+
+    def done(self) -> bool:
+        return self.cancelled
+
+
+def submit_stream(batcher: Batcher, fns) -> SubmitStream:
+    stream = SubmitStream(batcher, sender=None, wake=lambda: None)
+    batcher.open(stream)
+    for fn in fns:
+        stream.hold(Held(), fn, (1,), {})
+    return stream
+
+
+def names(groups) -> list[list[str]]:
+    return [[call[1].__name__ for call in calls] for _, calls in groups]
+
+
+def test_submit_packs_measured_calls_of_several_functions_up_to_the_target():
+    batcher = engine(threads=1, square=0.01, cube=0.02)
+    stream = submit_stream(batcher, [square, cube] * 6)
+    stream.next_size = 100
+    assert names(batcher.plan()) == [["square", "cube", "square"], ["cube", "square", "cube"]]
+    assert len(stream.pending) == 6
+
+
+def test_submit_sends_an_unmeasured_function_alone_and_skips_cancelled_calls():
+    batcher = engine(threads=1, square=0.001)
+    stream = submit_stream(batcher, [square, square, slow, square])
+    stream.pending[1][0].cancelled = True
+    stream.next_size = 100
+    assert names(batcher.plan()) == [["square"], ["slow"]]
+    batcher.done(stream, [(slow, 0.001)])
+    assert names(batcher.plan()) == [["square"]]
+
+
+def test_take_out_sends_one_call_at_once_within_the_budget():
+    batcher = engine(threads=1, square=0.001)
+    stream = submit_stream(batcher, [square, cube, square])
+    wanted = stream.pending[1][0]
+    call = batcher.take_out(stream, lambda call: call[0] is wanted)
+    assert call[1] is cube and batcher.in_flight == 1
+    assert batcher.take_out(stream, lambda call: call[0] is wanted) is None
+    assert sizes(batcher.plan()) == [2]  # one place left: one group, of both squares
+
+
+# ----------------------------------------------------- sharing the budget
+def test_a_second_map_gets_its_fair_share_as_places_free_up():
+    batcher = engine(threads=2, slow=1.0)  # budget 4, calls go one by one
+    first, second = Stream(slow, range(100)), Stream(slow, range(100))
+    batcher.open(first)
+    assert len(batcher.plan()) == 4
+    batcher.open(second)
+    assert batcher.plan() == []  # no place free yet
+    served = collections.Counter()
+    for _ in range(8):  # the first map's groups come back one at a time
+        batcher.done(first)
+        for stream, _calls in batcher.plan():
+            served["first" if stream is first else "second"] += 1
+    assert (first.in_flight, second.in_flight) == (2, 2)
+    assert served == {"second": 2, "first": 6}
+
+
+def test_maps_and_submits_take_turns_when_they_have_as_many_groups_out():
+    batcher = engine(threads=1, slow=1.0, square=1.0)  # budget 2
+    calls = submit_stream(batcher, [square] * 10)
+    a_map = Stream(slow, range(10))
+    batcher.open(a_map)
+    out = collections.deque(batcher.plan())
+    order = [stream for stream, _ in out]
+    for _ in range(4):  # the oldest group comes back, a new one goes
+        stream, _calls = out.popleft()
+        batcher.done(stream)
+        new = batcher.plan()
+        order += [stream for stream, _ in new]
+        out.extend(new)
+    assert order == [calls, a_map] * 3
+    assert len(calls.pending) == len(a_map.pending) == 7
+
+
+def test_a_closed_stream_is_never_planned_but_its_groups_still_count():
+    batcher = engine(threads=1)
+    stream = Stream(slow, range(10))
+    batcher.open(stream)
+    batcher.plan()
+    batcher.close(stream)
+    assert batcher.plan() == [] and batcher.in_flight == 2
+    batcher.done(stream)
+    batcher.done(stream)
+    assert batcher.in_flight == 0
+
+
+# ----------------------------------------------------- the argument walker
+def test_walker_swaps_futures_at_any_depth_and_keeps_plain_containers():
+    future = TaskFuture()
+    plain = ([1, (2, {"a": [3]})], {"k": {4, 5}})
+    assert swap_futures(plain, lambda f: "X") is plain  # nothing copied
+    Point = collections.namedtuple("Point", "x y")
+    args = ([1, (future, {"a": [future]})], Point(future, 2), {future}, {"k": future})
+    swapped = swap_futures(args, lambda f: "X")
+    assert swapped == ([1, ("X", {"a": ["X"]})], Point("X", 2), {"X"}, {"k": "X"})
+    assert type(swapped[1]) is Point and args[0][1][0] is future  # the original is intact
+
+
+def test_walker_survives_a_container_that_holds_itself():
+    future = TaskFuture()
+    loop = [future]
+    loop.append(loop)
+    assert futures_in((loop,)) == [future]
+
+
+@pytest.mark.parametrize("where", [
+    lambda f: ((f,), {}),
+    lambda f: (([1, f],), {}),
+    lambda f: (((0, (f,)),), {}),
+    lambda f: ((), {"x": {"nested": [f]}}),
+    lambda f: (({f},), {}),
+])
+def test_a_foreign_future_is_refused_wherever_it_hides(where):
+    foreign = cf.Future()
+    args, kwargs = where(foreign)
+    with pytest.raises(TypeError, match="another executor"):
+        refuse_foreign_futures(args, kwargs)
+    args, kwargs = where(TaskFuture())
+    refuse_foreign_futures(args, kwargs)  # this executor's own: fine
