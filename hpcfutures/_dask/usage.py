@@ -139,5 +139,5 @@ def _calls_of(task: TaskState | None) -> int:
     """User calls a task carries: 1 unless the client annotated it otherwise."""
     if task is None:
         return 1
-    calls = task.annotations.get(CALLS_ANNOTATION, 1)
+    calls = (task.annotations or {}).get(CALLS_ANNOTATION, 1)
     return int(calls)

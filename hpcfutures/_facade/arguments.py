@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .futures import TaskFuture
 
@@ -81,7 +81,9 @@ def _rebuilt(container: Any, changes: dict) -> Any:
     for index, new in changes.items():
         items[index] = new
     if isinstance(container, tuple):
-        return type(container)._make(items) if hasattr(container, "_fields") else tuple(items)
+        if hasattr(container, "_fields"):  # a named tuple
+            return cast(Any, container)._make(items)
+        return tuple(items)
     return set(items) if isinstance(container, set) else items
 
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures as cf
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .._errors import BrokenHPCExecutor
 from .._remote.calls import run_chunk_task, run_task
@@ -135,7 +136,8 @@ class TaskBridge:
         for future in self.outstanding():
             future.cancel()
 
-    def _on_done(self, future: TaskFuture) -> None:
+    def _on_done(self, done: cf.Future[Any]) -> None:
+        future = cast(TaskFuture, done)  # only ever a done-callback of our own futures
         with self._lock:
             self._outstanding.discard(future)
         if future.cancelled() and future._dask is not None:

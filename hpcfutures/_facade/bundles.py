@@ -56,7 +56,8 @@ class SubmitStream(Stream):
 
     def take(self, n: int) -> list:
         fn = self.head_fn()
-        pending, taken = self.pending, []
+        pending = self.pending
+        taken: list[tuple[Any, ...]] = []
         while pending and len(taken) < n:
             call = pending[0]
             if call[0].done():

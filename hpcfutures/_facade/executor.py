@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from .._launch.session import Session
 from .._support.config import resolve_settings
@@ -138,7 +138,8 @@ class Executor(cf.Executor):
         self._shutdown = False
         self._map_runs: weakref.WeakSet[MapRun] = weakref.WeakSet()
         self._session = self._new_session(settings)
-        self._bridge: TaskBridge | None = self._session.start()
+        bridge = self._session.start(TaskBridge)
+        self._bridge: TaskBridge | None = bridge if isinstance(bridge, TaskBridge) else None
 
     def _new_session(self, settings: Any) -> Session:
         """How this executor finds its cluster: by negotiating a role in the launch.
@@ -165,7 +166,7 @@ class Executor(cf.Executor):
     def __enter__(self) -> Executor | None:  # type: ignore[override]
         return self if self.is_client else None
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         self._close(exit_status_for(exc), wait=True, cancel_futures=exc is not None)
         return False
 

@@ -1,9 +1,13 @@
-"""The client's side of a launch: connect, hand out a TaskBridge, end the launch.
+"""The client's side of a launch: connect, hand the facade its bridge, end the launch.
 
 Runs on the client's loop thread; the user's thread only calls :meth:`start`
-and :meth:`finish`.  In the laptop default (and with ``scheduler_in_client``)
-the scheduler lives on the same loop thread, and on the laptop the workers are
-child processes.
+and :meth:`finish`.  The bridge between ``concurrent.futures`` and Dask belongs
+to the facade (:mod:`hpcfutures._facade.bridge`), a layer above this one: the
+facade passes in how to make it, and this module sees it only through
+:class:`ClientBridge`, what the client role needs of it.
+
+In the laptop default (and with ``scheduler_in_client``) the scheduler lives
+on the same loop thread, and on the laptop the workers are child processes.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ import re
 import signal
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
-from .._errors import StartupTimeoutError
-from .._facade.bridge import TaskBridge
+from .._errors import HPCFuturesError, StartupTimeoutError
 from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
 from .._support.loop import LoopThread
@@ -30,7 +34,7 @@ from .plan import Plan, bind_address
 from .roles import SCHEDULER_RANK, Role
 from .scheduler_side import start_scheduler
 
-__all__ = ["ClientSide"]
+__all__ = ["BridgeFactory", "ClientBridge", "ClientSide"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -40,25 +44,56 @@ SHUTDOWN_GRACE = 10.0
 SUMMARY_WAIT = 5.0
 
 
+class ClientBridge(Protocol):
+    """What the client role needs of the facade's bridge (``_facade.bridge.TaskBridge``)."""
+
+    #: Set when a signal ends the launch: a vanishing scheduler is then expected.
+    stopped_by_signal: bool
+    #: Where to look when the scheduler is lost (a rank's log), for error messages.
+    scheduler_pointer: str
+    #: The workers seen so far (``_facade.roster.WorkerRoster``), named in errors.
+    roster: Any
+    #: The end-of-run summary's client-side tally, when summary=True.
+    tally: Any
+
+    @property
+    def broken(self) -> HPCFuturesError | None:
+        """Why the executor is broken, or None."""
+
+    def cluster_changed(self, workers: int, threads: int) -> None:
+        """Dask announced the cluster's size (workers joined or left)."""
+
+    def watch_workers(self, timeout: float) -> Coroutine[Any, Any, None]:
+        """Watch for all workers gone while calls wait (runs on the loop)."""
+
+    def closing(self) -> None:
+        """The launch is ending: lost futures are no longer a failure."""
+
+
+#: How the facade makes its bridge: (loop, Dask client, scheduler address, threads).
+BridgeFactory = Callable[[LoopThread, Any, str, int], ClientBridge]
+
+
 class ClientSide:
     """Everything the client process owns while the executor is open."""
 
-    def __init__(self, settings: Settings, plan: Plan) -> None:
+    def __init__(self, settings: Settings, plan: Plan, make_bridge: BridgeFactory) -> None:
         self.settings = settings
         self.plan = plan
+        self.make_bridge = make_bridge
         self.loop: LoopThread | None = None
         self.client: Any = None
         self.service: Any = None
         self.info: SchedulerInfo | None = None
         self.local_workers: Any = None
-        self.bridge: TaskBridge | None = None
+        self.bridge: ClientBridge | None = None
         self.credentials: dict[str, str] = {}
         self._previous_sigterm: Any = None
         #: The end-of-run summary's client tally and scheduler ledger (summary=True).
         self.tally: Any = None
         self._ledger: str | None = None
 
-    def start(self) -> TaskBridge:
+    def start(self) -> ClientBridge:
         if self.settings.summary:
             from .._reports.summary import CallTally
 
@@ -92,7 +127,7 @@ class ClientSide:
             self._teardown(_dask.EXIT_FAILED)
             raise
         threads = self.loop.run_sync(_dask.total_threads(self.client), self.settings.timeout)
-        self.bridge = TaskBridge(self.loop, self.client, address, threads)
+        self.bridge = self.make_bridge(self.loop, self.client, address, threads)
         self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
                            self.settings.timeout)
         self._attach_reports(_dask)

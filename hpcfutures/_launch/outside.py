@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._errors import NotServingError, SchedulerFileError, StopTimeoutError
 from .._support.backoff import Backoff
@@ -36,6 +36,9 @@ from .lookup import PROBE_TIMEOUT
 from .plan import Plan
 from .roles import Identity, Role
 from .session import Session
+
+if TYPE_CHECKING:
+    from .client_side import BridgeFactory, ClientBridge
 
 __all__ = ["OutsideSession", "expand_path", "serving_info", "stale_error", "stop_launch"]
 
@@ -168,7 +171,7 @@ class OutsideSession(Session):
         super().__init__(settings, environ={})
         self.exchange = _ServingFile(path, wait)
 
-    def start(self) -> Any:
+    def start(self, make_bridge: BridgeFactory) -> ClientBridge:
         from .client_side import ClientSide
 
         launcher = _Outside(self.settings, self.exchange)
@@ -176,7 +179,7 @@ class OutsideSession(Session):
         plan = self._plan = Plan(launcher, identity.reasons[0], identity, Role.CLIENT,
                                  self.exchange)
         self.role = Role.CLIENT
-        self._client_side = ClientSide(self.settings, plan)
+        self._client_side = ClientSide(self.settings, plan, make_bridge)
         return self._client_side.start()
 
 

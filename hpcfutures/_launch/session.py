@@ -5,7 +5,7 @@
     negotiate()  launcher plug-in -> Identity -> Role, AddressExchange
     start()      SCHEDULER  serve until the client is done, exit(status)
                  WORKER     find the scheduler, serve, exit(status)
-                 CLIENT     find the scheduler, connect, return a TaskBridge
+                 CLIENT     find the scheduler, connect, return the facade's bridge
                  STANDALONE scheduler in a thread + local worker processes
     finish()     (client) tell everyone the status, close, clean up
 
@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import LaunchFinished
 from .._support.config import Settings
@@ -30,6 +30,9 @@ from .plan import Plan, bind_address, negotiate
 from .roles import Role
 from .scheduler_side import play_scheduler
 from .worker_side import play_worker
+
+if TYPE_CHECKING:
+    from .client_side import BridgeFactory, ClientBridge
 
 __all__ = ["Session"]
 
@@ -47,8 +50,9 @@ class Session:
         self._plan: Plan | None = None
         self._client_side: Any = None
 
-    def start(self):
-        """Play the role; returns a TaskBridge in the client process, else None."""
+    def start(self, make_bridge: BridgeFactory) -> ClientBridge | None:
+        """Play the role; in the client process return the bridge ``make_bridge``
+        made once connected, elsewhere None (or leave the process)."""
         plan = self._plan = negotiate(self.settings, self.environ)
         self.role = plan.role
         if plan.role in (Role.SCHEDULER, Role.WORKER):
@@ -58,11 +62,11 @@ class Session:
             configure_rank_logging(plan.identity.rank, plan.role.value,
                                    plan.identity.launch_id, self.environ,
                                    log_dir=self.settings.log_dir)
-            status = self._serve(plan)
-            return self._leave(plan, status)
+            self._leave(plan, self._serve(plan))
+            return None
         from .client_side import ClientSide
 
-        self._client_side = ClientSide(self.settings, plan)
+        self._client_side = ClientSide(self.settings, plan, make_bridge)
         return self._client_side.start()
 
     def finish(self, status: int) -> None:
