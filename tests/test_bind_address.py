@@ -12,10 +12,9 @@ import pytest
 
 from hpcfutures import ConfigurationError
 from hpcfutures._launch.plan import bind_address, choose_bind, negotiate
-from hpcfutures._launch.roles import Identity
 from hpcfutures._support import network
 from hpcfutures._support.config import resolve_settings
-from hpcfutures.launchers import mpi
+from hpcfutures.launchers import Identity, mpi
 from hpcfutures.launchers.flux import FluxLauncher
 
 ACROSS = "3 nodes in the Slurm step"

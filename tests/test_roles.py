@@ -4,8 +4,9 @@ import pytest
 
 from hpcfutures import NotEnoughRanksError
 from hpcfutures._launch.plan import bind_address, negotiate
-from hpcfutures._launch.roles import Identity, Role, assign_role
+from hpcfutures._launch.roles import Role, assign_role
 from hpcfutures._support.config import resolve_settings
+from hpcfutures.launchers import Identity
 
 
 @pytest.mark.parametrize("size", [3, 4, 8, 64])

@@ -18,11 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from .._launch.roles import client_rank, minimum_size
 from .._support.config import resolve_option
 from .._support.logs import where_to_read
+from ..launchers._identity import client_rank, minimum_size
 from ..launchers.run import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
 
 __all__ = ["run"]
@@ -83,28 +83,38 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
         raise ValueError("no command given to run")
     environ = dict(os.environ if environ is None else environ)
     launch_id = secrets.token_hex(6)
-    processes = []
-    for rank in range(size):
-        env = {**environ, RANK_VAR: str(rank), SIZE_VAR: str(size), LAUNCH_ID_VAR: launch_id}
-        try:
-            processes.append(subprocess.Popen(list(command), env=env,
-                                              preexec_fn=_die_with_parent))
-        except OSError as err:
-            for process in processes:
-                process.kill()
-            print(f"hpcfutures run: cannot start {command[0]!r}: {err}", file=sys.stderr)
-            return 127
+    # Before any copy starts: this may read Dask's configuration, which takes
+    # long enough for a signal to arrive before the supervisor could forward it.
     client = _client_rank(size, environ)
-    status, first = _supervise(processes, client, grace)
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start_copies() -> int | None:
+        """Start every copy; 127 (and none left running) if one cannot start."""
+        for rank in range(size):
+            env = {**environ, RANK_VAR: str(rank), SIZE_VAR: str(size),
+                   LAUNCH_ID_VAR: launch_id}
+            try:
+                processes.append(subprocess.Popen(list(command), env=env,
+                                                  preexec_fn=_die_with_parent))
+            except OSError as err:
+                for process in processes:
+                    process.kill()
+                print(f"hpcfutures run: cannot start {command[0]!r}: {err}", file=sys.stderr)
+                return 127
+        return None
+
+    status, first = _supervise(processes, start_copies, client, grace)
     if first is not None:
         print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
                                environ), file=sys.stderr, flush=True)
     return status
 
 
-def _supervise(processes: list[subprocess.Popen], client: int,
-               grace: float) -> tuple[int, int | None]:
-    """The launch's status, and the rank that failed first (None: none did on its own)."""
+def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[[], int | None],
+               client: int, grace: float) -> tuple[int, int | None]:
+    """Start the copies and wait for them, forwarding SIGINT/SIGTERM from before the
+    first one starts (a copy that ignores the signal must not outlive us); return the
+    launch's status, and the rank that failed first (None: none did on its own)."""
     signalled: list[float] = []
     changed = threading.Event()
 
@@ -117,6 +127,9 @@ def _supervise(processes: list[subprocess.Popen], client: int,
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        failed = start_copies()
+        if failed is not None:
+            return failed, None
         return _wait_all(processes, client, grace, signalled, changed)
     finally:
         for sig, handler in previous.items():

@@ -28,10 +28,11 @@ from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
 from .._support.loop import LoopThread
 from ..launchers import SchedulerInfo
+from ..launchers._identity import SCHEDULER_RANK
 from ..launchers.local import available_cores
 from .lookup import PROBE_TIMEOUT, find_scheduler
 from .plan import Plan, bind_address
-from .roles import SCHEDULER_RANK, Role
+from .roles import Role
 from .scheduler_side import start_scheduler
 
 __all__ = ["BridgeFactory", "ClientBridge", "ClientSide"]

@@ -31,10 +31,11 @@ from .._errors import NotServingError, SchedulerFileError, StopTimeoutError
 from .._support.backoff import Backoff
 from .._support.config import Settings
 from ..launchers import AddressExchange, Launcher, SchedulerInfo
+from ..launchers._identity import Identity
 from ..launchers._schedfile import read_scheduler_file
 from .lookup import PROBE_TIMEOUT
 from .plan import Plan
-from .roles import Identity, Role
+from .roles import Role
 from .session import Session
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from .._errors import ConfigurationError
 from .._support import network
 from .._support.config import Settings
 from ..launchers import AddressExchange, Launcher, detect_launcher, get_launcher
-from .roles import Identity, Role, assign_role
+from ..launchers._identity import Identity
+from .roles import Role, assign_role
 
 __all__ = ["Bind", "Plan", "bind_address", "choose_bind", "choose_launcher", "negotiate"]
 

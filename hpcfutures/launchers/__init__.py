@@ -12,9 +12,9 @@ import importlib
 from collections.abc import Mapping
 
 from .._errors import ConfigurationError
-from .._launch.roles import Identity
 from ._base import Launcher
 from ._exchange import AddressExchange, SchedulerInfo
+from ._identity import Identity
 
 __all__ = [
     "AddressExchange", "Identity", "Launcher", "SchedulerInfo", "detect_launcher", "get_launcher",

@@ -24,8 +24,8 @@ from ._exchange import AddressExchange
 from ._schedfile import SchedulerFileExchange
 
 if TYPE_CHECKING:
-    from .._launch.roles import Identity
     from .._support.config import Settings
+    from ._identity import Identity
 
 __all__ = ["Launcher"]
 

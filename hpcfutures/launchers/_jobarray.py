@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from .._errors import LauncherError, NotEnoughRanksError
-from .._launch.roles import Identity, minimum_size
 from ._base import Launcher
 from ._batchenv import mpi_launched
 from ._exchange import AddressExchange
+from ._identity import Identity, minimum_size
 from ._slurm_array import ArrayPosition
 
 __all__ = ["ArrayPosition", "JobArrayLauncher", "Mode"]

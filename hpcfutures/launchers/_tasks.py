@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from .._errors import LauncherError
-from .._launch.roles import Identity
 from ._base import Launcher
 from ._batchenv import SIZE_VAR, int_var, mpi_disagreement, safe_id, size_override
+from ._identity import Identity
 
 __all__ = ["TaskLauncher"]
 

@@ -12,9 +12,9 @@ import secrets
 from collections.abc import Mapping
 
 from .._errors import ConfigurationError
-from .._launch.roles import Identity
 from ._base import Launcher
 from ._batchenv import SIZE_VAR
+from ._identity import Identity
 
 __all__ = ["LocalLauncher", "available_cores"]
 

@@ -35,12 +35,12 @@ import traceback
 from collections.abc import Mapping, MutableMapping
 
 from .._errors import LauncherError, StartupTimeoutError
-from .._launch.roles import SCHEDULER_RANK, Identity
 from .._support.backoff import Backoff
 from . import _mpi
 from ._base import Launcher
 from ._batchenv import MPI_RANK_VARIABLES, int_var
 from ._exchange import AddressExchange, SchedulerInfo
+from ._identity import SCHEDULER_RANK, Identity
 
 __all__ = ["BroadcastExchange", "MPILauncher", "declared_size", "mpi_rank_variable"]
 

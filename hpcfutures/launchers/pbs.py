@@ -32,7 +32,6 @@ import re
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._launch.roles import Identity
 from ._batchenv import (
     ARRAY_INDICES_VAR,
     IndexSpan,
@@ -42,6 +41,7 @@ from ._batchenv import (
     safe_id,
     size_override,
 )
+from ._identity import Identity
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
 
 __all__ = ["PBSLauncher"]

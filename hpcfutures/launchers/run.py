@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._launch.roles import Identity
 from ._base import Launcher
 from ._batchenv import SIZE_VAR, int_var
 from ._exchange import AddressExchange
+from ._identity import Identity
 
 __all__ = ["LAUNCH_ID_VAR", "RANK_VAR", "SIZE_VAR", "RunLauncher", "launch_id_of"]
 

@@ -32,9 +32,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from .._launch.roles import Identity
 from ._batchenv import int_var, parse_int, parse_span, run_command
 from ._exchange import AddressExchange, SchedulerInfo
+from ._identity import Identity
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
 from ._slurm_array import CLOCK_SLACK, ArrayFileExchange
 

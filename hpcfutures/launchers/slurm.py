@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import LauncherError, NotEnoughRanksError
-from .._launch.roles import Identity, minimum_size
 from ._base import Launcher
 from ._batchenv import int_var
 from ._exchange import AddressExchange
+from ._identity import Identity, minimum_size
 from ._slurm_array import ArrayFileExchange, array_position, cancel_pending
 from ._slurm_env import (
     SYSTEM,
