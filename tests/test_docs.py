@@ -148,3 +148,19 @@ def test_every_documented_variable_exists():
     for page in PAGES:
         for name in set(re.findall(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())):
             assert name in real, f"{page.name} documents {name}, which hpcfutures never reads"
+
+
+def test_the_architecture_page_names_every_module_of_the_package():
+    """docs/architecture.rst is the map of the package: a module it does not name is lost."""
+    page = (ROOT / "docs" / "architecture.rst").read_text()
+    package = ROOT / "hpcfutures"
+    missing = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name not in ("__init__.py", "__main__.py") and path.name not in page)
+    assert not missing, f"docs/architecture.rst does not name {missing}"
+    for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").exists()):
+        assert f"{folder.name}/" in page, f"docs/architecture.rst does not show {folder.name}/"
+    readme = (ROOT / "README.md").read_text()
+    for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").exists()):
+        assert f"{folder.name}/" in readme, f"README's layout does not show {folder.name}/"
