@@ -1,8 +1,20 @@
-"""pytest's hooks for the suite; the shared machinery is in helpers.py (and waiting.py)."""
+"""pytest's hooks and shared fixtures; the shared machinery is in helpers.py (and waiting.py)."""
 
 from __future__ import annotations
 
-from helpers import FAILURE_TIMES
+import pytest
+from helpers import FAILURE_TIMES, Batch, assert_no_leftovers
+
+
+@pytest.fixture
+def batch(tmp_path, env):
+    """sbatch for one test, with the test module's ``env``; its jobs are cancelled,
+    shown (when the test failed) and checked for leftover processes after it."""
+    jobs = Batch(tmp_path, env)
+    yield jobs
+    jobs.cancel_all()
+    print(jobs.outputs())
+    assert_no_leftovers(jobs.marker, grace=15)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

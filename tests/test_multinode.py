@@ -28,9 +28,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     JOBS,
-    Batch,
     LiveJob,
-    assert_no_leftovers,
     contract_passed,
     have_command,
     outsider_refused,
@@ -84,15 +82,6 @@ def env(tmp_path):
             "HPCFUTURES_TIMEOUT": "60", "HPCFUTURES_ARRAY_TIMEOUT": "60"}
 
 
-@pytest.fixture
-def batch(tmp_path, env):
-    """sbatch for one test; its jobs are cancelled, shown and checked for leftovers after it."""
-
-    jobs = Batch(tmp_path, env)
-    yield jobs
-    jobs.cancel_all()
-    print(jobs.outputs())  # shown when the test failed
-    assert_no_leftovers(jobs.marker, grace=15)
 
 
 def srun(command, *, env, nodes=3, tasks=6, options=(), timeout=150):

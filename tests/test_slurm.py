@@ -20,9 +20,7 @@ import uuid
 import pytest
 from helpers import (
     ROOT,
-    Batch,
     LiveJob,
-    assert_no_leftovers,
     closed_port,
     contract_passed,
     record_failure_time,
@@ -71,13 +69,6 @@ def left_files(tmp_path):
 
 
 # ------------------------------------------------------------ batch jobs
-@pytest.fixture
-def batch(tmp_path, env):
-    jobs = Batch(tmp_path, env)
-    yield jobs
-    jobs.cancel_all()
-    print(jobs.outputs())  # shown when the test failed
-    assert_no_leftovers(jobs.marker, grace=15)
 
 
 def cluster_name() -> str:
