@@ -6,11 +6,14 @@
     ├── ConfigurationError (ValueError)       bad option or environment variable
     │   └── NotEnoughRanksError               too few processes for the roles
     ├── LauncherError (RuntimeError)          the launcher's environment is unusable
+    ├── LaunchEndedError (RuntimeError)       a second executor in a launch that has ended
     ├── MissingDependencyError (ImportError)  an optional package a setting needs is absent
     ├── SchedulerFileError (RuntimeError)     unreadable, foreign or unsafe scheduler file
     ├── StartupTimeoutError (TimeoutError)    a peer did not appear before the deadline
     ├── StopTimeoutError (TimeoutError)       a serving launch did not confirm its stop
     ├── NotServingError (ConnectionError)     connect(): no serving launch behind the file
+    ├── SerializationError (TypeError,        a call, its arguments or its result could
+    │       pickle.PicklingError)             not be pickled
     ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
     └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone
 
@@ -21,17 +24,20 @@ working when code moves from the standard library to hpcfutures.
 
 from __future__ import annotations
 
+import pickle
 from concurrent.futures import BrokenExecutor
 
 __all__ = [
     "BrokenHPCExecutor",
     "ConfigurationError",
     "HPCFuturesError",
+    "LaunchEndedError",
     "LauncherError",
     "MissingDependencyError",
     "NotEnoughRanksError",
     "NotServingError",
     "SchedulerFileError",
+    "SerializationError",
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
@@ -52,6 +58,17 @@ class NotEnoughRanksError(ConfigurationError):
 
 class LauncherError(HPCFuturesError, RuntimeError):
     """The launcher's environment is missing or inconsistent."""
+
+
+class LaunchEndedError(HPCFuturesError, RuntimeError):
+    """A second executor was created in a process whose launch has already ended.
+
+    Under a launcher (``srun``, ``mpiexec``, ``hpcfutures run``...) one launch
+    serves one executor: when the client leaves its ``with`` block (or calls
+    ``shutdown()``) every other rank exits, so no process is left to serve a
+    second one.  Keep the work of a launch inside one ``with`` block, or start
+    a new launch.  The laptop default has no such limit.
+    """
 
 
 class MissingDependencyError(HPCFuturesError, ImportError):
@@ -82,6 +99,16 @@ class NotServingError(HPCFuturesError, ConnectionError):
     stopped, names an address where nobody answers (the job ended without
     cleaning up), or belongs to a launch that has its own client and does not
     accept others.  The message says which, and what to do.
+    """
+
+
+class SerializationError(HPCFuturesError, TypeError, pickle.PicklingError):
+    """A call's function, arguments or result could not be pickled.
+
+    It is a :class:`TypeError` (what hpcfutures documents) and a
+    :class:`pickle.PicklingError` (what ``ProcessPoolExecutor`` users catch),
+    so existing ``except`` clauses keep working.  Only that call's future
+    fails; the executor stays usable.
     """
 
 

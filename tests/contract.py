@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import gc
 import os
 import pickle
+import sys
 import threading
 import time
 import weakref
@@ -295,6 +296,90 @@ def foreign_futures_are_refused(ex):
                 assert "another executor" in str(err), err
             else:
                 raise AssertionError(f"a foreign future was accepted in {args} {kwargs}")
+
+
+def exit_with(code):
+    sys.exit(code)
+
+
+class ExitsWhenPickled:
+    """A result whose pickling calls sys.exit() (on the worker, as it is sent back)."""
+
+    def __reduce__(self):
+        sys.exit(5)
+
+
+def return_exits_when_pickled(_=None):
+    return ExitsWhenPickled()
+
+
+@check
+def sys_exit_in_a_call_is_that_calls_exception(ex):
+    started = time.monotonic()
+    for _ in range(2):  # the second round is bundled with the good calls
+        good = [ex.submit(square, i) for i in range(3)]
+        exiting = ex.submit(exit_with, 3)
+        pickled = ex.submit(return_exits_when_pickled)
+        for future, code in ((exiting, 3), (pickled, 5)):
+            error = future.exception(timeout=30)
+            assert type(error) is SystemExit and error.code == code, repr(error)
+            assert isinstance(error.__cause__, hpcfutures.RemoteTraceback), error.__cause__
+        assert [f.result(timeout=30) for f in good] == [0, 1, 4]
+    for fn, code in ((exit_with, 4), (return_exits_when_pickled, 5)):
+        results = ex.map(fn, [code])
+        try:
+            next(results)
+        except SystemExit as err:
+            assert err.code == code, err.code
+        else:
+            raise AssertionError("map yielded the result of a call that exited")
+    # a dependent call (sent alone, not in a bundle) too
+    first = ex.submit(square, 2)
+    assert ex.submit(exit_with, first).exception(timeout=30).code == 4
+    assert ex.submit(square, 5).result(timeout=30) == 25  # no worker died
+    assert time.monotonic() - started < 20
+
+
+@check
+def serialization_errors_are_type_and_pickling_errors(ex):
+    lock = threading.Lock()
+    for future in (ex.submit(square, lock), ex.submit(return_a_lock)):
+        try:
+            future.result(timeout=30)
+        except pickle.PicklingError as err:  # what ProcessPoolExecutor code catches
+            assert isinstance(err, TypeError) and isinstance(err, hpcfutures.SerializationError)
+        else:
+            raise AssertionError("an unpicklable call or result did not fail")
+    try:
+        next(ex.map(return_a_lock, [1]))
+    except pickle.PicklingError as err:
+        assert isinstance(err, hpcfutures.SerializationError)
+    else:
+        raise AssertionError("an unpicklable map result was yielded")
+
+
+def payload_size(payload):
+    return payload.n
+
+
+@check
+def a_finished_future_releases_call_and_result_without_gc(ex):
+    gc.disable()  # refcounting alone must free them: no reference cycle may hold them
+    try:
+        for _ in range(2):  # the second round is bundled
+            argument = Payload(3)
+            arg_ref = weakref.ref(argument)
+            futures = [ex.submit(payload_size, argument), ex.submit(make_payload, 4)]
+            futures += [ex.submit(square, i) for i in range(4)]
+            assert futures[0].result(timeout=30) == 3
+            result = futures[1].result(timeout=30)
+            res_ref = weakref.ref(result)
+            [f.result(timeout=30) for f in futures]
+            del argument, result, futures
+            wait_until(lambda a=arg_ref, r=res_ref: a() is None and r() is None, 5,
+                       "the finished calls' argument and result to be freed", first=0.01)
+    finally:
+        gc.enable()
 
 
 @check

@@ -38,6 +38,15 @@ def test_contract_with_scheduler_in_client_on_two_ranks():
     assert contract_passed(job), job
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", ["exit", "lost"])
+def test_pending_call_runs_when_the_client_never_shuts_down(mode):
+    """Issue 15: no shutdown() (program exit, or the executor dropped) loses no call."""
+    job = hpcfutures_run(3, JOBS / "ending_job.py", mode, timeout=75)
+    assert job.returncode == 0, job
+    assert "PENDING CALL RAN 49" in job.stdout and f"CLIENT DONE {mode}" in job.stdout, job
+
+
 @pytest.mark.timeout(60)
 def test_client_exception_makes_the_launch_fail_fast():
     job = hpcfutures_run(4, JOBS / "fail_job.py", timeout=45)

@@ -101,6 +101,12 @@ class SubmitStream(Stream):
             outcome = bundle.result()
             self._batcher.done(self, _per_function(calls, outcome))
             _deliver(outcome, calls)
+            # The bundle outlives this call while any of its futures lives (an
+            # argument picks its value from the bundle's Dask future), so it must
+            # hold no call's result, function or arguments: each call's own
+            # future holds those, and frees them when the caller drops it.
+            outcome.results.clear()
+        calls.clear()  # the bundle's done callback (this) held every call
         self._wake()
 
 

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import RemoteTraceback, SerializationError
 from .._remote.calls import restore_traceback
 from .futures import TaskFuture, settle
 
@@ -55,7 +56,7 @@ class Completions:
                 self._gathering = True
                 self.in_background(self._gather_ready())
         elif status == "error":
-            settle(future, exception=restore_traceback(exception))
+            settle(future, exception=_as_serialization_error(restore_traceback(exception)))
         elif not future.done():
             self._lost()
 
@@ -84,6 +85,22 @@ class Completions:
             try:
                 value = await self._client.gather(dask_future)
             except Exception as err:
-                settle(future, exception=restore_traceback(err))
+                settle(future, exception=_as_serialization_error(restore_traceback(err)))
             else:
                 settle(future, result=value)
+
+
+def _as_serialization_error(exc: BaseException) -> BaseException:
+    """Dask's own failure to pickle a task or its result, as a :class:`SerializationError`.
+
+    A call's own exceptions carry their remote traceback and are left alone;
+    a ``TypeError`` without one was raised by Dask while (de)serializing.
+    """
+    if (type(exc) is not TypeError or isinstance(exc.__cause__, RemoteTraceback)
+            or "serializ" not in str(exc).lower()):
+        return exc
+    wrapped = SerializationError(
+        f"{exc}. A call's function, arguments and result must be picklable with cloudpickle "
+        "(no open files, locks, sockets or generators)")
+    wrapped.__cause__ = exc
+    return wrapped

@@ -10,9 +10,7 @@ whose ``__enter__`` gives ``None``).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, Literal
 
@@ -22,22 +20,11 @@ from .._support.options import given
 from .arguments import refuse_foreign_futures
 from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
+from .closing import Closer, exit_status_for, interpreter_exiting
 from .mapping import MapRun
 from .progress import open_bar, progress_mode
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
-
-
-def exit_status_for(exc: BaseException | None) -> int:
-    """The status the other ranks exit with when the client leaves with ``exc``."""
-    if exc is None:
-        return 0
-    if isinstance(exc, SystemExit):
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    if isinstance(exc, KeyboardInterrupt):
-        return 130
-    return 1
 
 
 class Executor(cf.Executor):
@@ -134,12 +121,12 @@ class Executor(cf.Executor):
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
         settings = resolve_settings({**explicit, "launcher": launcher or self._launcher_name})
-        self._lock = threading.Lock()
-        self._shutdown = False
-        self._map_runs: weakref.WeakSet[MapRun] = weakref.WeakSet()
         self._session = self._new_session(settings)
         bridge = self._session.start(TaskBridge)
         self._bridge: TaskBridge | None = bridge if isinstance(bridge, TaskBridge) else None
+        #: Ends the launch: on shutdown, when this executor is lost, or at interpreter exit.
+        self._closer = Closer(self._session, self._bridge, self)
+        self._lock = self._closer.lock
 
     def _new_session(self, settings: Any) -> Session:
         """How this executor finds its cluster: by negotiating a role in the launch.
@@ -167,7 +154,9 @@ class Executor(cf.Executor):
         return self if self.is_client else None
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        self._close(exit_status_for(exc), wait=True, cancel_futures=exc is not None)
+        failed = exc is not None
+        self._closer.close(exit_status_for(exc), wait=True, cancel_futures=failed,
+                           abandon_maps=failed)
         return False
 
     # --------------------------------------------------------------- contract
@@ -177,7 +166,9 @@ class Executor(cf.Executor):
                 f"this process is the {self.role} of the launch, not its client: only the "
                 "client rank can submit tasks"
             )
-        if self._shutdown:
+        if interpreter_exiting():
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        if self._closer.shut:
             raise RuntimeError("cannot schedule new futures after shutdown")
         if self._bridge.broken is not None:
             raise self._bridge.broken
@@ -216,7 +207,7 @@ class Executor(cf.Executor):
             bridge = self._usable_bridge()
             bar = None if mode == "off" else open_bar(mode, len(items), fn)
             run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
-            self._map_runs.add(run)
+            self._closer.map_runs.add(run)
         return run.results(end_time)
 
     def worker_memory_limits(self) -> dict[str, WorkerMemory]:
@@ -234,27 +225,17 @@ class Executor(cf.Executor):
         return bridge.worker_memory(self._session.settings.timeout)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Finish the launch: every other rank stops once pending work is done."""
-        self._close(0, wait=wait, cancel_futures=cancel_futures)
+        """Finish the launch: every other rank stops once the submitted calls are done.
 
-    def _close(self, status: int, *, wait: bool, cancel_futures: bool) -> None:
-        with self._lock:
-            if self._shutdown:
-                return
-            self._shutdown = True
-        bridge = self._bridge
-        if bridge is None:
-            return
-        runs = list(self._map_runs)
-        if cancel_futures:
-            for run in runs:
-                run.cancel()
-            bridge.cancel_all()
-        if wait:
-            for run in runs:
-                run.finished.wait()
-            cf.wait(bridge.outstanding())
-        self._session.finish(status)
+        As with ``ProcessPoolExecutor``: ``wait=False`` returns at once, yet the
+        calls already submitted still run, their futures complete, and the
+        interpreter waits for them before it exits.  ``cancel_futures=True``
+        cancels the calls not started yet: ``submit`` calls still held on the
+        client for bundling and ``map`` chunks not yet sent.  A call counts as
+        started once its bundle or chunk is on its way to a worker (its future
+        is then RUNNING); those finish.
+        """
+        self._closer.close(0, wait=wait, cancel_futures=cancel_futures)
 
 
 class LocalExecutor(Executor):

@@ -117,6 +117,13 @@ class MapRun(Stream):
                 self._progress.close()
 
     # ------------------------------------------------------------- stopping
+    def stop_sending(self) -> None:
+        """Send no more chunks; those on the workers finish (``cancel_futures``)."""
+        with self._cond:
+            self._stopped = True
+            self._check_finished()
+            self._cond.notify_all()
+
     def cancel(self) -> None:
         """Send nothing more and cancel the chunks not yet finished."""
         with self._cond:

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import SerializationError
 from .._remote.calls import pick, run_chunk_task, run_task
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
@@ -196,7 +197,7 @@ def _submission_error(fn: Callable[..., Any], err: Exception) -> Exception:
     name = getattr(fn, "__qualname__", repr(fn))
     if isinstance(err, (cf.CancelledError, RuntimeError)) and "argument" in str(err):
         return err
-    wrapped = TypeError(
+    wrapped = SerializationError(
         f"could not send task {name!r} to the cluster: {type(err).__name__}: {err}. "
         "The function and its arguments must be picklable with cloudpickle (no open "
         "files, locks, sockets or generators)"

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import LaunchFinished
+from .._errors import LaunchEndedError, LaunchFinished
 from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 logger = logging.getLogger("hpcfutures")
+
+#: The launches this process has been the client of (one executor per launch).
+_client_of: set[str] = set()
 
 
 class Session:
@@ -64,10 +67,15 @@ class Session:
                                    log_dir=self.settings.log_dir)
             self._leave(plan, self._serve(plan))
             return None
+        if plan.role is Role.CLIENT:
+            _refuse_second_client(plan)
         from .client_side import ClientSide
 
         self._client_side = ClientSide(self.settings, plan, make_bridge)
-        return self._client_side.start()
+        bridge = self._client_side.start()
+        if plan.role is Role.CLIENT:
+            _client_of.add(plan.identity.launch_id)
+        return bridge
 
     def finish(self, status: int) -> None:
         """On the client: end the launch with ``status`` for the other ranks."""
@@ -105,3 +113,15 @@ class Session:
         # Leave at once: the user's code after the `with` block belongs to the
         # client, and no stray non-daemon thread may keep this rank alive.
         os._exit(status)
+
+
+def _refuse_second_client(plan: Plan) -> None:
+    """One executor per launch: its other ranks leave when its client is done."""
+    launch_id = plan.identity.launch_id
+    if launch_id in _client_of:
+        raise LaunchEndedError(
+            f"this process already was the client of launch {launch_id}: a launch serves "
+            "one executor, and its other ranks exit when that executor shuts down, so no "
+            "process is left to serve a second one. Do all the work of a launch inside one "
+            "`with Executor() as ex:` block (or pass that executor around), or start a new "
+            "launch for the next one")

@@ -4,6 +4,11 @@ Exceptions keep their own type; the formatted traceback, headed by where it
 happened (rank and host), travels in the exception's ``__dict__`` (which pickle
 preserves, unlike ``__cause__``) and becomes a :class:`RemoteTraceback`
 ``__cause__`` on the client, as with ``ProcessPoolExecutor``.
+
+``sys.exit()`` in a call (or while its result is pickled) is that call's
+exception, not the worker's end: the worker catches the ``SystemExit``, sends
+it back inside an ordinary exception (Dask lets a ``SystemExit`` out of a task
+end the worker's process) and the client raises ``SystemExit`` from the future.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 import cloudpickle
 
-from .._errors import RemoteTraceback
+from .._errors import RemoteTraceback, SerializationError
 from .memory import explain
 
 __all__ = [
@@ -37,9 +42,17 @@ def set_location(text: str) -> None:
     _location = text
 
 
+class _ExitInTask(Exception):
+    """Carries a call's ``SystemExit`` back to the client (its ``code``)."""
+
+    def __init__(self, code: Any = None) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def _annotate(exc: BaseException) -> BaseException:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    exc = _rebuildable(explain(exc))
+    exc = _rebuildable(_ExitInTask(exc.code) if isinstance(exc, SystemExit) else explain(exc))
     header = f'\n"""\nTraceback from {_location}:\n'
     try:
         setattr(exc, _TRACEBACK_ATTR, f"{header}{text}\"\"\"")
@@ -68,6 +81,8 @@ def _rebuildable(exc: BaseException) -> BaseException:
 def restore_traceback(exc: BaseException) -> BaseException:
     """On the client: attach the worker's traceback as ``__cause__``."""
     text = getattr(exc, _TRACEBACK_ATTR, None)
+    if isinstance(exc, _ExitInTask):
+        exc = SystemExit(exc.code)
     if text is not None:
         exc.__cause__ = RemoteTraceback(text)
         try:
@@ -81,12 +96,14 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """Call ``fn`` on the worker; a failure keeps its type and gains a traceback."""
     try:
         return fn(*args, **kwargs)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise _annotate(exc) from None
 
 
-def _unpicklable(what: str, err: Exception) -> BaseException:
-    return _annotate(TypeError(
+def _unpicklable(what: str, err: BaseException) -> BaseException:
+    if isinstance(err, SystemExit):  # sys.exit() in a __reduce__: the call's own exit
+        return _annotate(err)
+    return _annotate(SerializationError(
         f"{what} could not be pickled to send it back to the client: "
         f"{type(err).__name__}: {err}. Return plain data (numbers, strings, "
         "arrays, dataclasses...) rather than locks, files, sockets or generators"))
@@ -95,7 +112,7 @@ def _unpicklable(what: str, err: Exception) -> BaseException:
 def _dumps_or_none(value: Any) -> bytes | None:
     try:
         return cloudpickle.dumps(value)
-    except Exception:
+    except (Exception, SystemExit):
         return None
 
 
@@ -126,7 +143,7 @@ class ChunkOutcome:
         for index, value in enumerate(self.values):
             try:
                 cloudpickle.dumps(value)
-            except Exception as err:
+            except (Exception, SystemExit) as err:
                 return self.values[:index], _unpicklable("a map result", err)
         error = self.error
         if error is not None and _dumps_or_none(error) is None:
@@ -146,7 +163,7 @@ def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
     for args in chunk:
         try:
             values.append(fn(*args))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
     return ChunkOutcome(values, None, time.perf_counter() - started)
 
@@ -183,7 +200,7 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
     ok, value = result
     try:
         cloudpickle.dumps(value)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         what = "the task's result" if ok else f"the task's exception {type(value).__name__}"
         return False, _unpicklable(what, err)
     return result
@@ -196,7 +213,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
         started = time.perf_counter()
         try:
             results.append((True, fn(*args, **kwargs)))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             results.append((False, _annotate(exc)))
         seconds.append(time.perf_counter() - started)
     return BundleOutcome(results, seconds)

@@ -1,0 +1,114 @@
+"""How an executor ends, as with ProcessPoolExecutor (laptop default; issue 15).
+
+The launchers run the same endings through ``jobs/contract_job.py`` (its last
+part) and ``jobs/ending_job.py``; the interpreter-exit cases run a child
+interpreter here.
+"""
+
+import concurrent.futures as cf
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from contract import sleep_then, square
+from helpers import child_pids
+from waiting import wait_until
+
+import hpcfutures
+
+ENDING_JOB = Path(__file__).parent / "jobs" / "ending_job.py"
+
+
+def no_children_left(before, what):
+    wait_until(lambda: not (child_pids() - before), 15, f"local workers to exit after {what}")
+
+
+def test_shutdown_without_wait_returns_at_once_and_lets_work_finish():
+    before = child_pids()
+    executor = hpcfutures.LocalExecutor(2)
+    futures = [executor.submit(sleep_then, 0.5, i) for i in range(6)]
+    mapped = executor.map(sleep_then, [0.2] * 6, range(6))
+    started = time.monotonic()
+    executor.shutdown(wait=False)
+    assert time.monotonic() - started < 0.5, "shutdown(wait=False) waited"
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        executor.submit(square, 2)
+    assert [f.result(timeout=30) for f in futures] == list(range(6))
+    assert list(mapped) == list(range(6))
+    executor.shutdown(wait=True)  # joins the ending started by wait=False
+    no_children_left(before, "shutdown(wait=False)")
+
+
+def test_cancel_futures_cancels_only_calls_not_started():
+    executor = hpcfutures.LocalExecutor(1)
+    futures = [executor.submit(sleep_then, 0.2, i) for i in range(40)]
+    mapped = executor.map(sleep_then, [0.2] * 20, range(20))
+    wait_until(lambda: any(f.running() for f in futures), 30, "a call to start")
+    running = [f for f in futures if f.running()]
+    executor.shutdown(wait=True, cancel_futures=True)
+    assert all(f.done() for f in futures)
+    assert any(f.cancelled() for f in futures), "nothing was cancelled"
+    for future in running:  # sent to a worker before shutdown: finished, not cancelled
+        assert future.result(timeout=1) == futures.index(future)
+    for i, future in enumerate(futures):
+        assert future.cancelled() or future.result(timeout=1) == i
+    yielded = []
+    with pytest.raises(cf.CancelledError):
+        for value in mapped:
+            yielded.append(value)
+    assert yielded == list(range(len(yielded)))  # the chunks sent finished, in order
+
+
+def test_losing_the_executor_releases_its_workers_after_its_work():
+    before = child_pids()
+    executor = hpcfutures.LocalExecutor(2)
+    future = executor.submit(sleep_then, 0.5, "kept")
+    del executor  # no shutdown(): the finalizer ends it once the call is done
+    assert future.result(timeout=30) == "kept"
+    no_children_left(before, "the executor was lost")
+
+
+def run_child(code, timeout=90):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    return proc, time.monotonic() - started
+
+
+def test_program_without_shutdown_runs_its_pending_calls_and_leaves_no_worker(tmp_path):
+    marker = tmp_path / "ran"
+    proc, _ = run_child(f"""
+        import time, hpcfutures
+        def write(path):
+            time.sleep(1)
+            open(path, "w").write("ran")
+        executor = hpcfutures.LocalExecutor(2)
+        executor.submit(write, {str(marker)!r})
+        print("PIDS", executor._session._client_side.local_workers.processes[0].pid)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "ran", "the pending call never ran"
+    pid = int(proc.stdout.split("PIDS", 1)[1].split()[0])
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), 5,
+               "the local worker to be gone once the program exited")
+
+
+def test_submit_from_an_atexit_handler_raises_runtime_error():
+    proc, _ = run_child("""
+        import atexit, hpcfutures
+        executor = hpcfutures.LocalExecutor(1)
+        def late():
+            try:
+                executor.submit(abs, -1)
+            except RuntimeError as err:
+                print("REFUSED", err)
+        atexit.register(late)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert "REFUSED cannot schedule new futures after interpreter shutdown" in proc.stdout, (
+        proc.stdout, proc.stderr)
