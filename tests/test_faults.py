@@ -28,6 +28,7 @@ from helpers import (
     kill_marked,
     listening,
     processes_with_marker,
+    record_failure_time,
     require,
     slurm_is_up,
     wait_until,
@@ -157,3 +158,17 @@ def test_no_rank_serves_anything_over_http(launcher, launches, tmp_path):
     assert http_answers([f"{ip}:{port}" for ip, port in ports]) == [], found
     go.touch()
     assert launch.finish(60) == 0
+
+
+# --------------------------------------------------- 3. multiprocessing in a task
+@pytest.mark.timeout(120)
+def test_a_task_may_use_a_multiprocessing_pool(launcher, launches):
+    """The pool's cleanup (SIGTERM to its processes) must not reach the worker rank:
+    every worker stays, and a clean run ends 0."""
+    launch = launches(launcher, 4, "pool_job.py")
+    code = launch.finish(90)
+    record_failure_time("task uses multiprocessing.Pool: run ends 0", launcher,
+                        time.monotonic() - launch.started)
+    assert code == 0, launch
+    assert "POOL RESULTS OK" in launch.out.rest(), launch
+    assert "left the launch before the end" not in launch.err.rest(), launch
