@@ -224,6 +224,36 @@ def test_the_coordinators_handlers_and_hooks_carry_the_verdict_to_the_workers():
     run(scenario())
 
 
+def test_a_worker_that_registers_after_the_end_still_gets_the_verdict():
+    """Its rank would otherwise take the scheduler's closing for a failure and exit 1
+    (SchedulerPlugin.add_worker -> Scheduler.worker_send)."""
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            cluster.service.coordinator.end(0, "the client finished")
+            late = await cluster.add_worker("rank-9")
+            await cluster.until(lambda: late.verdict == 0,
+                                "the verdict reaching a worker that joined after the end")
+
+    run(scenario())
+
+
+def test_a_probe_of_a_port_where_nobody_listens_fails_at_once():
+    """Dask's connect retries a refused connection until its timeout; the probe's
+    first attempt (comm.registry's connector) sees the refusal through the
+    CommClosedError's cause and gives up at once; a live scheduler answers."""
+    from helpers import closed_port
+
+    async def scenario() -> None:
+        started = time.monotonic()
+        with seam("the connector's CommClosedError raised from ConnectionRefusedError"):
+            assert not await _dask.probe(f"tcp://127.0.0.1:{closed_port()}", 10)
+        assert time.monotonic() - started < 1, "the refused probe was retried"
+        async with live(workers=0) as cluster:
+            assert await _dask.probe(cluster.service.address, 10)
+
+    run(scenario())
+
+
 def test_the_workers_close_handler_is_ours_and_does_not_wait_for_running_tasks():
     async def scenario() -> None:
         async with live(workers=1) as cluster:

@@ -71,6 +71,10 @@ class Coordinator(SchedulerPlugin):
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         _hurry(scheduler.stream_comms.get(worker))
+        if self.verdict is not None:
+            # It joined after the end: without the verdict it would take the
+            # scheduler's closing for a failure, and its rank would exit 1.
+            scheduler.worker_send(worker, {"op": VERDICT_OP, "status": self.verdict})
         _announce_cluster(scheduler)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
