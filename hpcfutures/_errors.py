@@ -6,6 +6,7 @@
     ├── ConfigurationError (ValueError)       bad option or environment variable
     │   └── NotEnoughRanksError               too few processes for the roles
     ├── LauncherError (RuntimeError)          the launcher's environment is unusable
+    ├── NestedExecutorError (RuntimeError)    an executor was created inside a task
     ├── MissingDependencyError (ImportError)  an optional package a setting needs is absent
     ├── SchedulerFileError (RuntimeError)     unreadable, foreign or unsafe scheduler file
     ├── StartupTimeoutError (TimeoutError)    a peer did not appear before the deadline
@@ -29,6 +30,7 @@ __all__ = [
     "HPCFuturesError",
     "LauncherError",
     "MissingDependencyError",
+    "NestedExecutorError",
     "NotEnoughRanksError",
     "NotServingError",
     "SchedulerFileError",
@@ -52,6 +54,15 @@ class NotEnoughRanksError(ConfigurationError):
 
 class LauncherError(HPCFuturesError, RuntimeError):
     """The launcher's environment is missing or inconsistent."""
+
+
+class NestedExecutorError(HPCFuturesError, RuntimeError):
+    """An executor was created inside a task (or a process a task started).
+
+    The task's process is a worker of the launch: an executor there would
+    take that process for another rank of the launch, or start a cluster
+    inside the worker.  Raised at once, naming the worker the task runs on.
+    """
 
 
 class MissingDependencyError(HPCFuturesError, ImportError):

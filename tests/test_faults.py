@@ -200,3 +200,17 @@ def test_under_mpiexec_a_finished_launch_ends_promptly_after_the_client(late):
         # the fix: 4 s with a rank joining, 19 s with a rank still looking the
         # scheduler up (probes of a closed port retried for 1 or 5 s each).
         assert ended < 3.0, f"mpiexec returned {ended:.1f} s after the client was done\n{launch}"
+
+
+# ------------------------------------------------------- 5. an executor in a task
+@pytest.mark.timeout(150)
+def test_an_executor_inside_a_task_is_refused_at_once(launcher, launches):
+    launch = launches(launcher, 4, "nested_job.py")
+    line = launch.out.wait_for("NESTED REFUSED", 120)
+    seconds = float(line.split()[3])
+    record_failure_time("Executor() inside a task: NestedExecutorError", launcher, seconds)
+    assert seconds < 5, line
+    where = "local worker" if launcher == "laptop" else "rank "
+    assert f"runs on {where}" in line and "submit it from the client" in line, line
+    assert launch.finish(60) == 0, launch
+    assert "STILL USABLE" in launch.out.rest(), launch

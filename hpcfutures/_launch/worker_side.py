@@ -14,7 +14,7 @@ from .._support.config import Settings
 from .._support.loop import stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
 from .lookup import DEAD_AFTER_SILENT_PROBES, find_scheduler
-from .plan import Plan
+from .plan import Plan, mark_worker_process
 
 __all__ = ["play_worker"]
 
@@ -34,6 +34,8 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     if identity.gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
+    mark_worker_process(f"rank {identity.rank} (worker) of launch {identity.launch_id} on "
+                        f"{socket.gethostname()}")
     stop = asyncio.Event()
     stop_on_signals(lambda signum: stop.set())
     service = _dask.WorkerService(
