@@ -7,6 +7,7 @@
     │   └── NotEnoughRanksError               too few processes for the roles
     ├── LauncherError (RuntimeError)          the launcher's environment is unusable
     ├── LaunchEndedError (RuntimeError)       a second executor in a launch that has ended
+    ├── NestedExecutorError (RuntimeError)    an executor was created inside a task
     ├── MissingDependencyError (ImportError)  an optional package a setting needs is absent
     ├── SchedulerFileError (RuntimeError)     unreadable, foreign or unsafe scheduler file
     ├── StartupTimeoutError (TimeoutError)    a peer did not appear before the deadline
@@ -34,6 +35,7 @@ __all__ = [
     "LaunchEndedError",
     "LauncherError",
     "MissingDependencyError",
+    "NestedExecutorError",
     "NotEnoughRanksError",
     "NotServingError",
     "SchedulerFileError",
@@ -68,6 +70,15 @@ class LaunchEndedError(HPCFuturesError, RuntimeError):
     ``shutdown()``) every other rank exits, so no process is left to serve a
     second one.  Keep the work of a launch inside one ``with`` block, or start
     a new launch.  The laptop default has no such limit.
+    """
+
+
+class NestedExecutorError(HPCFuturesError, RuntimeError):
+    """An executor was created inside a task (or a process a task started).
+
+    The task's process is a worker of the launch: an executor there would
+    take that process for another rank of the launch, or start a cluster
+    inside the worker.  Raised at once, naming the worker the task runs on.
     """
 
 

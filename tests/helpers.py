@@ -31,8 +31,9 @@ __all__ = [
     "FAILURE_TIMES", "FINAL_STATES", "IN_CI", "JOBS", "MARKER_VAR", "MATRIX_CHECKS",
     "MPI_LOOPBACK", "ROOT", "TESTS", "Batch", "Job", "Lines", "LiveJob", "assert_no_leftovers",
     "child_pids", "closed_port", "contract_passed", "have_command", "have_mpi",
-    "hpcfutures_run", "job_facts", "kill_marked", "outsider_refused", "processes_with_marker",
-    "rank_pid", "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
+    "hpcfutures_run", "http_answers", "job_facts", "kill_marked", "listening",
+    "outsider_refused", "processes_with_marker", "rank_pid", "record_failure_time", "require",
+    "run_job", "slurm_is_up", "wait_until",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,6 +363,52 @@ def outsider_refused(address: str, credentials: str = "none", via: tuple[str, ..
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
     return done.stdout.strip() == "REFUSED"
+
+
+def listening(pids: list[int]) -> dict[int, list[tuple[str, int]]]:
+    """The IPv4 TCP addresses each of ``pids`` listens on, read from /proc (so also in
+    another network namespace, such as a node of the 3-node cluster)."""
+    found: dict[int, list[tuple[str, int]]] = {}
+    for pid in pids:
+        try:
+            inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
+                      for fd in os.listdir(f"/proc/{pid}/fd")}
+            table = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found[pid] = []
+        for row in table:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # TCP_LISTEN, one of its sockets
+                hex_ip, hex_port = fields[1].split(":")
+                ip = socket.inet_ntoa(bytes.fromhex(hex_ip)[::-1])
+                found[pid].append((ip, int(hex_port, 16)))
+    return found
+
+
+_ASK_HTTP = """
+import socket, sys
+for address in sys.argv[1:]:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=3) as sock:
+            sock.settimeout(3)
+            sock.sendall(b"GET /health HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n")
+            reply = sock.recv(64)
+    except OSError:
+        reply = b""
+    print(address, "HTTP" if reply.startswith(b"HTTP/") else "silent")
+"""
+
+
+def http_answers(addresses: list[str], via: tuple[str, ...] = ()) -> list[str]:
+    """The ``host:port`` among ``addresses`` where an HTTP server answers, asked from
+    another process (started elsewhere with ``via``, e.g. ``srun -w mn3 -n1``)."""
+    done = subprocess.run([*via, sys.executable, "-c", _ASK_HTTP, *addresses],
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stdout.split("\n")
+    assert done.returncode == 0 and len([x for x in lines if x]) == len(addresses), done
+    return [line.split()[0] for line in lines if line.endswith(" HTTP")]
 
 
 # ------------------------------------------------------- failure-matrix timings

@@ -224,6 +224,36 @@ def test_the_coordinators_handlers_and_hooks_carry_the_verdict_to_the_workers():
     run(scenario())
 
 
+def test_a_worker_that_registers_after_the_end_still_gets_the_verdict():
+    """Its rank would otherwise take the scheduler's closing for a failure and exit 1
+    (SchedulerPlugin.add_worker -> Scheduler.worker_send)."""
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            cluster.service.coordinator.end(0, "the client finished")
+            late = await cluster.add_worker("rank-9")
+            await cluster.until(lambda: late.verdict == 0,
+                                "the verdict reaching a worker that joined after the end")
+
+    run(scenario())
+
+
+def test_a_probe_of_a_port_where_nobody_listens_fails_at_once():
+    """Dask's connect retries a refused connection until its timeout; the probe's
+    first attempt (comm.registry's connector) sees the refusal through the
+    CommClosedError's cause and gives up at once; a live scheduler answers."""
+    from helpers import closed_port
+
+    async def scenario() -> None:
+        started = time.monotonic()
+        with seam("the connector's CommClosedError raised from ConnectionRefusedError"):
+            assert not await _dask.probe(f"tcp://127.0.0.1:{closed_port()}", 10)
+        assert time.monotonic() - started < 1, "the refused probe was retried"
+        async with live(workers=0) as cluster:
+            assert await _dask.probe(cluster.service.address, 10)
+
+    run(scenario())
+
+
 def test_the_workers_close_handler_is_ours_and_does_not_wait_for_running_tasks():
     async def scenario() -> None:
         async with live(workers=1) as cluster:
@@ -408,23 +438,35 @@ def test_follow_cluster_hears_workers_join_and_leave():
     run(scenario())
 
 
-# ------------------------------------------------------------- the dashboard line
+# ------------------------------------------------------- HTTP and the dashboard line
+def test_without_the_dashboard_no_http_server_is_started():
+    """Scheduler.__init__ and Worker.start_unsafe start Dask's HTTP server through
+    Node.start_http_server, which hpcfutures' subclasses skip; renamed, Dask's
+    server would come back here (as http_server and services["dashboard"])."""
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            worker = cluster.workers[0]._worker
+            with seam("Node.start_http_server (Scheduler.__init__, Worker.start_unsafe)"):
+                for node in (cluster.scheduler, worker):
+                    assert not hasattr(node, "http_server"), f"{type(node).__name__} serves HTTP"
+                    assert node.services == {}, node.services
+            facts = await _dask.dashboard_facts(cluster.client)
+            assert facts["port"] == 0 and facts["served"] is False, facts
+
+    run(scenario())
+
+
 def test_dashboard_facts_read_the_schedulers_http_server():
     async def scenario() -> None:
-        async with live(workers=0) as cluster:
-            with seam("Scheduler.http_server.address/.port, http_application.applications"):
-                facts = await _dask.dashboard_facts(cluster.client)
-            assert facts["address"] == "127.0.0.1" and facts["port"] > 0
-            assert facts["served"] is False
-        if not facts["bokeh"]:
-            return
         service = await _dask.SchedulerService(host="127.0.0.1", interface=None,
                                                dashboard=True,
                                                dashboard_address="127.0.0.1:0").start()
         try:
             assert service._scheduler is not None
-            facts = dashboard_facts_here(service._scheduler)
-            assert facts["served"] is True, (
+            with seam("Scheduler.http_server.address/.port, http_application.applications"):
+                facts = dashboard_facts_here(service._scheduler)
+            assert facts["address"] == "127.0.0.1" and facts["port"] > 0, facts
+            assert facts["served"] is facts["bokeh"], (
                 "Dask's dashboard is not among Scheduler.http_application.applications")
         finally:
             await service.close()

@@ -53,6 +53,10 @@ def test_client_exception_makes_the_launch_fail_fast():
     assert job.returncode != 0, job
     assert "RAISING" in job.stdout and "the client failed on purpose" in job.stderr
     assert job.seconds < 10, f"launcher took {job.seconds:.1f} s to return"
+    # the verdict names the client, whose status the launch returns, not a rank
+    # that only followed the client's verdict
+    assert job.returncode == 1, job
+    assert "hpcfutures run: rank 1 (client) failed first, exit status 1" in job.stderr, job
     record_failure_time("client code raises: launcher returns", "run", job.seconds)
 
 

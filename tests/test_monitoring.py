@@ -173,6 +173,19 @@ def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
     assert "[rank 1 client]" in _failure_pointer(1, 1, 4, 1, "abc", {})
 
 
+def test_run_blames_the_client_not_the_ranks_that_followed_its_verdict():
+    from hpcfutures._cli.run import _failed_first
+
+    # the client (rank 1) raised: the others left with its status 1, some before it
+    assert _failed_first([2, 0, 3, 1], [1, 1, 1, 1], client=1, ended_by_us=set()) == 1
+    # a worker killed first, then the client broke: the worker
+    assert _failed_first([3, 1, 0, 2], [1, 1, 1, -9], client=1, ended_by_us=set()) == 3
+    # the client succeeded, a worker failed on its own
+    assert _failed_first([2, 1, 0, 3], [0, 0, 3, 0], client=1, ended_by_us=set()) == 2
+    # a straggler we ended is never the culprit
+    assert _failed_first([1, 0, 2], [2, 2, -15], client=1, ended_by_us={2}) == 1
+
+
 def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     import asyncio
 

@@ -31,6 +31,8 @@ from helpers import (
     LiveJob,
     contract_passed,
     have_command,
+    http_answers,
+    listening,
     outsider_refused,
     processes_with_marker,
     require,
@@ -212,6 +214,35 @@ def test_an_outsider_on_another_node_is_refused(tmp_path, batch):
         subprocess.run(["scancel", "--name", outsider], capture_output=True, timeout=30)
     stopped = run_job([sys.executable, "-m", "hpcfutures", "stop", str(file)], timeout=90)
     assert stopped.returncode == 0, (stopped, batch.outputs())
+
+
+@pytest.mark.timeout(240)
+def test_no_rank_answers_http_from_another_node(tmp_path, env):
+    """srun -N 3 -n 4: every rank's listening port, asked from the login node, is silent
+    over HTTP (the workers listen on every interface of their node: TLS only)."""
+    go = tmp_path / "go"
+    with LiveJob(["srun", "-N3", "-n4", "-t", "5", "python3", str(JOBS / "quiet_job.py")],
+                 {**env, "HPCFUTURES_TEST_GO": str(go)}) as live:
+        live.wait_for("READY", timeout=150)
+        ranks = {pid: node_of(pid) for pid, command in processes_with_marker(live.marker)
+                 if os.path.basename(command.split(" ", 1)[0]).startswith("python")}
+        found = listening(list(ranks))
+        assert sum(bool(addresses) for addresses in found.values()) == 3, found  # not the client
+        addresses = [f"{NODE_ADDRESS[ranks[pid]] if ip == '0.0.0.0' else ip}:{port}"
+                     for pid, pairs in found.items() for ip, port in pairs]
+        assert all(len(pairs) == 1 for pairs in found.values() if pairs), found
+        assert http_answers(addresses) == [], found
+        go.touch()
+        assert live.wait(timeout=60) == 0, live
+
+
+NODE_ADDRESS = {node: f"10.77.0.1{number}" for number, node in enumerate(NODES, 1)}
+
+
+def node_of(pid: int) -> str:
+    """The node (mn1..mn3) a job step's process runs on, from its environment."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(v.decode().split("=", 1)[1] for v in environ if v.startswith(b"SLURMD_NODENAME="))
 
 
 # ------------------------------------------------------- choosing the address

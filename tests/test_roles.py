@@ -96,6 +96,19 @@ def test_laptop_default_forced_under_hpcfutures_run_is_refused_with_the_way_out(
     assert detected.launcher.name == "run" and detected.role is Role.CLIENT
 
 
+def test_an_executor_inside_a_task_is_refused_before_any_launcher_is_asked():
+    from hpcfutures import NestedExecutorError
+    from hpcfutures._launch.plan import TASK_VAR
+
+    inside = {TASK_VAR: "rank 3 (worker) of launch mpi-7 on node17",
+              "PMI_RANK": "3", "PMI_SIZE": "4"}  # MPI would be initialised next
+    settings = resolve_settings(environ={}, dask_config={})
+    with pytest.raises(NestedExecutorError, match=r"inside a task, which runs on rank 3 \(worker"):
+        negotiate(settings, inside)
+    with pytest.raises(NestedExecutorError, match=TASK_VAR):
+        negotiate(settings, {TASK_VAR: "local worker local-0 (pid 9) on laptop"})
+
+
 def test_forced_unknown_launcher_is_named_in_the_error():
     from hpcfutures import ConfigurationError
 

@@ -49,11 +49,18 @@ def test_raw_tcp_garbage_runs_nothing_and_harms_nothing(secured):
     assert secured.submit(square, 6).result(timeout=30) == 36
 
 
-def test_http_routes_listen_on_loopback_only(secured):
-    service = secured._session._client_side.service
-    http = service._scheduler.http_server
-    hosts = {sock.getsockname()[0] for sock in http._sockets.values()}
-    assert hosts <= {"127.0.0.1"}, hosts
+def test_nothing_is_served_over_http_without_the_dashboard(secured):
+    """No HTTP server in the scheduler (its health, metrics and JSON pages would
+    answer every user of the host); the ranks' side is tests/test_faults.py."""
+    scheduler = secured._session._client_side.service._scheduler
+    assert not hasattr(scheduler, "http_server") and scheduler.services == {}
+
+
+def test_the_dashboard_listens_where_it_is_asked_to_only():
+    with hpcfutures.LocalExecutor(1, dashboard=True, dashboard_address="127.0.0.1:0") as ex:
+        http = ex._session._client_side.service._scheduler.http_server
+        hosts = {sock.getsockname()[0] for sock in http._sockets.values()}
+        assert hosts == {"127.0.0.1"}, hosts
 
 
 def test_security_false_opts_out_to_plain_tcp(caplog):

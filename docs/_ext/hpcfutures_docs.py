@@ -36,7 +36,14 @@ OTHER_VARIABLES = {
     "HPCFUTURES_RANK": (
         "set by ``hpcfutures run``",
         "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "
-        "``local`` launcher.",
+        "``run`` launcher.",
+    ),
+    "HPCFUTURES_INSIDE_TASK_ON": (
+        "set on every worker",
+        "Where a worker runs (its rank and host). Tasks and every process they start "
+        "inherit it, so an executor created inside a task is refused at once with "
+        "NestedExecutorError instead of taking the worker for a rank of a new launch. "
+        "Do not set it yourself.",
     ),
     "HPCFUTURES_SIZE": (
         "set by ``hpcfutures run``",

@@ -5,7 +5,9 @@ launch id through ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
 ``HPCFUTURES_LAUNCH_ID``; forwards SIGINT/SIGTERM to every copy; and once the
 client copy has exited gives the others a grace period before ending them.
 Its exit status is the client's, or the first failure of another copy; when a
-launch fails, one line names the copy that failed first and where its log is.
+launch fails, one line names the copy that failed first on its own (the
+client, when the client failed and the others only followed its verdict) and
+where its log is.
 """
 
 from __future__ import annotations
@@ -182,9 +184,29 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
     # stragglers) needs no pointer; the first copy that failed on its own does.
     order = list(exits)
     order += [rank for rank in range(len(processes)) if rank not in order]  # reaped by poll()
-    first = None if signalled or status == 0 else next(
-        (rank for rank in order if exit_codes[rank] != 0 and rank not in ended_by_us), None)
+    first = None if signalled or status == 0 else _failed_first(
+        order, exit_codes, client, ended_by_us)
     return status, first
+
+
+def _failed_first(order: list[int], codes: list[int], client: int,
+                  ended_by_us: set[int]) -> int | None:
+    """The copy that failed first on its own, from ``order`` (the order they ended in).
+
+    When the client fails, the scheduler passes its exit status to every other
+    rank, and they leave with it, often before the client itself (which is still
+    printing its traceback and closing).  A copy that ends with the client's
+    failing status followed that verdict: it did not fail on its own, and the
+    client is named instead, unless another copy had failed differently before.
+    """
+    verdict = codes[client] if codes[client] != 0 else None
+    for rank in order:
+        if codes[rank] == 0 or rank in ended_by_us:
+            continue
+        if rank != client and codes[rank] == verdict:
+            continue  # followed the client's verdict
+        return rank
+    return None
 
 
 def _launch_status(codes: list[int], client: int) -> int:

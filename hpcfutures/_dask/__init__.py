@@ -24,9 +24,11 @@ Coordinator sees its connection drop and ends the launch with a failure status.
 
 from ._common import EXIT_FAILED, make_security
 from .client import (
+    Knock,
     connect_client,
     finish_client,
     follow_cluster,
+    knock,
     probe,
     request_stop,
     wait_for_workers,
@@ -50,6 +52,7 @@ __all__ = [
     "EXIT_FAILED",
     "Coordinator",
     "DashboardFacts",
+    "Knock",
     "SchedulerService",
     "UsageReport",
     "WorkerFacts",
@@ -61,6 +64,7 @@ __all__ = [
     "dashboard_facts",
     "finish_client",
     "follow_cluster",
+    "knock",
     "make_security",
     "probe",
     "released_workers",

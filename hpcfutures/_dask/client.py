@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import errno
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import cast
 
 from distributed import Client, Security
+from distributed.comm import registry
+from distributed.comm.addressing import parse_address
 from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
 
@@ -16,7 +20,8 @@ from ._common import CLUSTER_TOPIC, _hurry, _silenced, scheduler_rpc
 from .cluster import cluster_size
 
 __all__ = [
-    "connect_client", "finish_client", "follow_cluster", "probe", "request_stop",
+    "Knock", "connect_client", "finish_client", "follow_cluster", "knock", "probe",
+    "request_stop",
     "wait_for_workers",
 ]
 
@@ -35,15 +40,61 @@ async def follow_cluster(client: Client, changed: Callable[[int, int], None]) ->
     changed(*await cluster_size(client))
 
 
+class Knock(enum.Enum):
+    """What came back from an address: a Dask server, a refusal, or nothing in time."""
+
+    ANSWERED = "answered"
+    #: Nobody listens there (the connection was refused, or no route): definite.
+    REFUSED = "refused"
+    #: No answer before the deadline, or a failure that may pass.
+    SILENT = "silent"
+
+
 async def probe(address: str, timeout: float, security: Security | None = None) -> bool:
     """Whether anything answers at ``address`` (tells a live scheduler from a stale file)."""
+    return await knock(address, timeout, security) is Knock.ANSWERED
+
+
+async def knock(address: str, timeout: float, security: Security | None = None) -> Knock:
+    """Who answers at ``address``; see :class:`Knock`.
+
+    One connection attempt first: a port where nobody listens refuses it at
+    once, where Dask's ``connect`` would retry it until ``timeout`` (a rank
+    that starts just after the end of a launch spent that long finding out
+    that the scheduler is gone).  Any other failure is retried, as Dask does.
+    """
     args = security.get_connection_args("client") if security is not None else {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    scheme, location = parse_address(address)
+    connector = registry.get_backend(scheme).get_connector()
     try:
-        comm = await connect(address, timeout=timeout, **args)
-    except (OSError, asyncio.TimeoutError):
-        return False
+        comm = await asyncio.wait_for(connector.connect(location, deserialize=False, **args),
+                                      timeout)
+    except (OSError, asyncio.TimeoutError) as err:
+        if _refused(err):
+            return Knock.REFUSED
+        try:
+            comm = await connect(address, timeout=max(deadline - loop.time(), 0.1), **args)
+        except (OSError, asyncio.TimeoutError) as again:
+            return Knock.REFUSED if _refused(again) else Knock.SILENT
     await comm.close()
-    return True
+    return Knock.ANSWERED
+
+
+def _refused(err: BaseException) -> bool:
+    """Whether ``err`` (Dask's CommClosedError, raised from the OS error) says that
+    nobody listens there: refused, or no route to the host."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in _NOBODY_THERE:
+            return True
+        cause = cause.__cause__
+    return False
+
+
+#: Connection errors that mean nobody can answer at the address.
+_NOBODY_THERE = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH}
 
 
 async def request_stop(address: str, timeout: float, security: Security | None = None,

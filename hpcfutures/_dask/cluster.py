@@ -43,7 +43,8 @@ class WorkerFacts(NamedTuple):
 
 
 class DashboardFacts(TypedDict):
-    """Where the scheduler's HTTP server listens, and whether it serves the dashboard."""
+    """Where the scheduler's HTTP server listens (port 0: it has none), and whether it
+    serves the dashboard."""
 
     host: str
     address: str
@@ -104,13 +105,16 @@ async def ask_workers(client: Client, fn: Callable[[], T],
 def dashboard_facts_here(dask_scheduler: Scheduler) -> DashboardFacts:
     """Run on the scheduler: its host name, where its HTTP server is bound,
     whether that serves the dashboard, and whether bokeh is importable there."""
-    # Dask always serves some HTTP routes (health, metrics), dashboard or not,
-    # and notes on tornado's server where it bound it (tornado has no such fields).
-    server = dask_scheduler.http_server
+    # Without the dashboard there is no HTTP server (see scheduler._Scheduler);
+    # with it, Dask notes on tornado's server where it bound it.
+    server: Any = getattr(dask_scheduler, "http_server", None)  # tornado's HTTPServer
+    if server is None:
+        return DashboardFacts(host=socket.gethostname(), address="", port=0, served=False,
+                              bokeh=importlib.util.find_spec("bokeh") is not None)
     return DashboardFacts(
         host=socket.gethostname(),
-        address=str(server.address),  # type: ignore[attr-defined]
-        port=int(server.port),  # type: ignore[attr-defined]
+        address=str(server.address),
+        port=int(server.port),
         served=bool(dask_scheduler.http_application.applications),
         bokeh=importlib.util.find_spec("bokeh") is not None,
     )

@@ -71,6 +71,10 @@ class Coordinator(SchedulerPlugin):
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         _hurry(scheduler.stream_comms.get(worker))
+        if self.verdict is not None:
+            # It joined after the end: without the verdict it would take the
+            # scheduler's closing for a failure, and its rank would exit 1.
+            scheduler.worker_send(worker, {"op": VERDICT_OP, "status": self.verdict})
         _announce_cluster(scheduler)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
@@ -128,13 +132,30 @@ class Coordinator(SchedulerPlugin):
         return self.verdict if self.verdict is not None else EXIT_FAILED
 
 
+class _Scheduler(Scheduler):
+    """Dask's scheduler, with no HTTP server unless the dashboard is asked for.
+
+    Dask always starts one (health, metrics and JSON pages even without the
+    dashboard), and it answers anyone who can reach its port, without the
+    launch's credentials: on loopback that is every user logged in to the
+    node, and the pages show worker addresses, task keys, the running
+    functions' names, call stacks and logs.  hpcfutures needs none of it.
+    """
+
+    def start_http_server(self, routes: Any, dashboard_address: Any, default_port: int = 0,
+                          ssl_options: Any = None) -> None:
+        if dashboard_address is None:  # what SchedulerService passes without the dashboard
+            return
+        super().start_http_server(  # type: ignore[no-untyped-call]
+            routes, dashboard_address, default_port=default_port, ssl_options=ssl_options)
+
+
 class SchedulerService:
     """A Dask scheduler in this process, with the coordinator attached."""
 
     def __init__(self, *, host: str | None, interface: str | None,
-                 security: Security | None = None, http_address: str = "127.0.0.1:0",
-                 keep_serving: bool = False, dashboard: bool = False,
-                 dashboard_address: str | None = None) -> None:
+                 security: Security | None = None, keep_serving: bool = False,
+                 dashboard: bool = False, dashboard_address: str | None = None) -> None:
         self.coordinator = Coordinator(keep_serving)
         self._options: dict[str, Any] = dict(
             host=host,
@@ -143,10 +164,8 @@ class SchedulerService:
             port=0,
             # Without bokeh Dask serves a page saying so; the client warns.
             dashboard=dashboard,
-            # Dask always serves some HTTP routes (health, metrics); keep them
-            # on loopback and off the fixed port 8787 that another launch may hold.
-            dashboard_address=(dashboard_address or DASHBOARD_ADDRESS) if dashboard
-            else http_address,
+            # None: no HTTP server at all (see _Scheduler).
+            dashboard_address=(dashboard_address or DASHBOARD_ADDRESS) if dashboard else None,
             plugins=[self.coordinator],
             security=security,
             validate=False,
@@ -165,7 +184,7 @@ class SchedulerService:
             # A taken dashboard port is replaced by a free one; the client's
             # dashboard line gives the port in use, so Dask's warning is noise.
             warnings.filterwarnings("ignore", message="Port .* is already in use")
-            scheduler = Scheduler(**self._options)
+            scheduler = _Scheduler(**self._options)
         self._scheduler = await scheduler
         return self
 

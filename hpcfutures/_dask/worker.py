@@ -17,6 +17,21 @@ __all__ = ["WorkerService", "run_worker"]
 logger = logging.getLogger("hpcfutures")
 
 
+class _Worker(Worker):
+    """Dask's worker without its HTTP server.
+
+    Dask starts one on every worker (health and metrics pages), on every
+    interface when the worker listens on all of them, and it answers anyone
+    who can reach it, without the launch's credentials.  hpcfutures uses none
+    of it, and the dashboard is the scheduler's (it learns about the workers
+    over their TLS connections), so a worker serves nothing over HTTP.
+    """
+
+    def start_http_server(self, routes: Any, dashboard_address: Any, default_port: int = 0,
+                          ssl_options: Any = None) -> None:
+        return
+
+
 class WorkerService:
     """A Dask worker in this process: :meth:`join` the scheduler, then :meth:`serve`."""
 
@@ -27,7 +42,7 @@ class WorkerService:
         self.name, self.address = name, address
         self.verdict: int | None = None
         self._closed = asyncio.Event()
-        self._worker = Worker(
+        self._worker: Worker = _Worker(
             address,
             name=name,
             nthreads=nthreads,

@@ -11,14 +11,19 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, NestedExecutorError
 from .._support import network
 from .._support.config import Settings
 from ..launchers import AddressExchange, Launcher, detect_launcher, get_launcher
 from ..launchers._identity import Identity
 from .roles import Role, assign_role
 
-__all__ = ["Bind", "Plan", "bind_address", "choose_bind", "choose_launcher", "negotiate"]
+__all__ = ["TASK_VAR", "Bind", "Plan", "bind_address", "choose_bind", "choose_launcher",
+           "mark_worker_process", "negotiate"]
+
+#: Set in a worker's process, to where it runs: every task runs inside a launch
+#: there, and so does every process a task starts (they inherit it).
+TASK_VAR = "HPCFUTURES_INSIDE_TASK_ON"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +58,38 @@ def choose_launcher(settings: Settings, environ: Mapping[str, str]) -> tuple[Lau
 def negotiate(settings: Settings, environ: Mapping[str, str] | None = None) -> Plan:
     """Decide this process's launcher, identity and role; start nothing."""
     environ = os.environ if environ is None else environ
+    refuse_inside_a_task(environ)
     launcher, reason = choose_launcher(settings, environ)
     identity = launcher.identity()
     refuse_loopback_across_hosts(settings, identity)
     role = assign_role(identity.rank, identity.size, settings.scheduler_in_client)
     exchange = None if role is Role.STANDALONE else launcher.address_exchange(identity)
     return Plan(launcher, reason, identity, role, exchange)
+
+
+def mark_worker_process(where: str) -> None:
+    """Note in this worker's environment where it runs (see :func:`refuse_inside_a_task`)."""
+    os.environ[TASK_VAR] = where
+
+
+def refuse_inside_a_task(environ: Mapping[str, str]) -> None:
+    """A NestedExecutorError if this process is a worker, or was started by a task.
+
+    Before anything else, MPI included: under a launcher the task's process
+    has the launch's variables, so it would pose as another rank of the
+    launch (a worker that fails to start, or a wait for a broadcast that
+    never comes); on a laptop it would start a cluster inside the worker.
+    """
+    where = environ.get(TASK_VAR, "")
+    if not where:
+        return
+    raise NestedExecutorError(
+        f"an hpcfutures executor was created inside a task, which runs on {where}: a task "
+        "cannot open an executor of its own. Run the inner work in the task itself (call "
+        "the function), or submit it from the client: a task can return the calls to make "
+        "next, and the client can pass futures as arguments of later submits. (A process "
+        "that a task starts and that must run a separate launch of its own can remove "
+        f"{TASK_VAR} from its environment.)")
 
 
 @dataclasses.dataclass(frozen=True)

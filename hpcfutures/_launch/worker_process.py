@@ -26,6 +26,10 @@ def main() -> None:
     from .._remote.calls import set_location
 
     set_location(f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}")
+    from .plan import mark_worker_process
+
+    mark_worker_process(f"local worker {config['name']} (pid {os.getpid()}) of the laptop "
+                        f"default on {socket.gethostname()}")
     security = _dask.make_security(config.pop("credentials", None))
     status = run_until_complete(
         _dask.run_worker(config.pop("address"), security=security, **config))

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 
 from .._errors import LauncherError
@@ -13,7 +14,7 @@ from .._support.config import Settings
 from .._support.loop import stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
 from .lookup import DEAD_AFTER_SILENT_PROBES, find_scheduler
-from .plan import Plan
+from .plan import Plan, mark_worker_process
 
 __all__ = ["play_worker"]
 
@@ -33,6 +34,8 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     if identity.gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
+    mark_worker_process(f"rank {identity.rank} (worker) of launch {identity.launch_id} on "
+                        f"{socket.gethostname()}")
     stop = asyncio.Event()
     stop_on_signals(lambda signum: stop.set())
     service = _dask.WorkerService(
@@ -47,8 +50,10 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     )
     security = _dask.make_security(info.security)
 
-    async def answers() -> bool:
-        return await _dask.probe(info.address, LAUNCH_OVER_POLL * 4, security)
+    async def answers() -> bool | None:
+        """True: the scheduler answers; None: nobody listens there any more."""
+        knock = await _dask.knock(info.address, LAUNCH_OVER_POLL * 4, security)
+        return None if knock is _dask.Knock.REFUSED else knock is _dask.Knock.ANSWERED
 
     if not await _join_while_launch_lasts(service, plan.peers_exchange, info, stop, answers):
         return 0
@@ -59,7 +64,8 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
 
 
 async def _join_while_launch_lasts(service, exchange: AddressExchange, info: SchedulerInfo,
-                                   stop: asyncio.Event, answers) -> bool:
+                                   stop: asyncio.Event,
+                                   answers: Callable[[], Awaitable[bool | None]]) -> bool:
     """Register with the scheduler; False if the launch ended meanwhile.
 
     A worker that starts just as a short launch finishes (or a late job-array
@@ -67,7 +73,8 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
     then report a failure that did not happen.  A scheduler that died while
     this worker was joining (``answers()`` stays false) fails the join at once
     instead of after the deadline; where the launcher ends every rank when one
-    dies (MPI), a silent scheduler has finished instead, and the worker leaves.
+    dies (MPI), a silent scheduler has finished instead, and the worker leaves,
+    at the first refusal (nobody listens there any more: it has closed).
     """
     joining = asyncio.ensure_future(service.join())
     silent = 0
@@ -79,7 +86,10 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
             joining.cancel()
             await service.close("hpcfutures: the launch ended before this worker joined")
             return False
-        silent = 0 if await answers() else silent + 1
+        answer = await answers()
+        silent = 0 if answer else silent + 1
+        if answer is None and exchange.silence_means_finished:
+            silent = DEAD_AFTER_SILENT_PROBES
         if silent >= DEAD_AFTER_SILENT_PROBES and exchange.silence_means_finished:
             joining.cancel()
             await service.close("hpcfutures: the launch ended before this worker joined")

@@ -1,8 +1,8 @@
 """The one line that tells the user where Dask's dashboard is, and how to reach it.
 
 The dashboard is served by the scheduler, which may be another rank on another
-node, and by default listens on that node's loopback only (nobody else on a
-shared cluster can read it).  So the client asks the scheduler where it
+node, and by default listens on that node's loopback only (off the network,
+though every user of that node can read it).  So the client asks the scheduler where it
 listens (:func:`hpcfutures._dask.dashboard_facts`) and prints the address
 together with the ``ssh -L`` command that brings it to the user's own machine.
 """

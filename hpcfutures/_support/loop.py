@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import os
 import signal
 import threading
 from collections.abc import Callable, Coroutine
@@ -106,6 +108,11 @@ def run_until_complete(coro: Coroutine[Any, Any, T]) -> T:
         loop.close()
 
 
+#: The handlers SIGTERM/SIGINT had before :func:`stop_on_signals` routed them to a
+#: loop: what a forked child gets back (see :func:`_forget_the_loops_signals`).
+_BEFORE_ROUTING: dict[int, Any] = {}
+
+
 def stop_on_signals(callback: Callable[[int], object]) -> None:
     """Route SIGTERM/SIGINT to ``callback(signum)`` on the running loop.
 
@@ -116,4 +123,28 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            previous = signal.getsignal(signum)
             loop.add_signal_handler(signum, callback, signum)
+            _BEFORE_ROUTING.setdefault(signum, previous)
+            _forget_in_forked_children()
+
+
+@functools.cache
+def _forget_in_forked_children() -> None:
+    """Once per process: forked children drop the routing (see below)."""
+    os.register_at_fork(after_in_child=_forget_the_loops_signals)
+
+
+def _forget_the_loops_signals() -> None:
+    """In a child forked from a rank (``multiprocessing.Pool`` in a task): undo the routing.
+
+    asyncio routes a signal through a wake-up socket that the child inherits:
+    a SIGTERM the child receives (``Pool`` terminates its processes when its
+    ``with`` block ends) would be written to the parent's socket, and the rank
+    would stop as if it had received the signal itself.  The child gets its
+    own wake-up descriptor back (none) and the handlers from before the routing.
+    """
+    with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to undo
+        signal.set_wakeup_fd(-1)
+        for signum, handler in _BEFORE_ROUTING.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

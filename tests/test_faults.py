@@ -1,0 +1,216 @@
+"""Faults and exposure under every launcher: laptop, ``hpcfutures run``, ``srun``, ``mpiexec``.
+
+Each test starts a real launch of a job in tests/jobs, in its own process
+group and with a unique marker in its environment (so its processes can be
+found, and none may be left behind), and times the outcome for the failure
+matrix (docs/failures.rst).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from helpers import (
+    JOBS,
+    MARKER_VAR,
+    MPI_LOOPBACK,
+    ROOT,
+    Lines,
+    assert_no_leftovers,
+    have_mpi,
+    http_answers,
+    kill_marked,
+    listening,
+    processes_with_marker,
+    record_failure_time,
+    require,
+    slurm_is_up,
+    wait_until,
+)
+
+LAUNCHERS = ("laptop", "run", "srun", "mpiexec")
+#: Local worker processes of the laptop default in these tests.
+LAPTOP_WORKERS = 2
+
+
+@pytest.fixture(params=LAUNCHERS)
+def launcher(request) -> str:
+    if request.param == "srun":
+        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    if request.param == "mpiexec":
+        require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    return request.param
+
+
+class Launch:
+    """A job started under ``launcher`` with ``n`` processes (the laptop: one, plus
+    its local workers), its output read line by line as it comes."""
+
+    def __init__(self, launcher: str, n: int, job: str, *args: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.launcher, self.marker = launcher, uuid.uuid4().hex
+        self.name = f"hpcf-faults-{self.marker[:10]}"
+        script = [sys.executable, str(JOBS / job), *args]
+        extra = dict(env or {})
+        if launcher == "srun":
+            command = ["srun", f"-n{n}", "-J", self.name, "-t", "5", *script]
+        elif launcher == "mpiexec":
+            command = ["mpiexec", "-n", str(n), *script]
+            extra = {**MPI_LOOPBACK, **extra}
+        elif launcher == "run":
+            command = [sys.executable, "-m", "hpcfutures", "run", "-n", str(n), *script]
+        else:
+            command = script
+            extra.setdefault("HPCFUTURES_MAX_WORKERS", str(LAPTOP_WORKERS))
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: self.marker, **extra})
+        self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
+
+    def ranks(self) -> list[int]:
+        """Pids of the job's Python processes (ranks and local workers, not the launchers)."""
+        return [pid for pid, command in processes_with_marker(self.marker)
+                if os.path.basename(command.split(" ", 1)[0]).startswith("python")
+                and " -m hpcfutures run " not in command]
+
+    def launchers(self) -> list[int]:
+        """Pids of the job's other processes: srun, mpiexec and its proxies, ``hpcfutures run``."""
+        ranks = set(self.ranks())
+        return [pid for pid, _ in processes_with_marker(self.marker) if pid not in ranks]
+
+    def finish(self, timeout: float) -> int:
+        """The launcher's exit status; fails if it is still running after ``timeout`` s."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the launch did not end within {timeout:g} s:\n{self}")
+        return self.process.returncode
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.launcher == "srun":
+            subprocess.run(["scancel", "--name", self.name], capture_output=True, timeout=30)
+        print(self)  # shown when the test fails
+        try:
+            assert_no_leftovers(self.marker)
+        finally:
+            kill_marked(self.marker)
+
+    def __repr__(self) -> str:
+        return (f"Launch({self.launcher}) rc={self.process.returncode}\n--- stdout\n"
+                f"{self.out.rest(1)}\n--- stderr\n{self.err.rest(1)}")
+
+
+@pytest.fixture
+def launches():
+    """Launches of one test; each is ended, shown and checked for leftovers after it."""
+    started: list[Launch] = []
+
+    def start(*args, **kwargs) -> Launch:
+        started.append(Launch(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for launch in started:
+        launch.close()
+
+
+# ------------------------------------------------------------- 1. nothing over HTTP
+@pytest.mark.timeout(150)
+def test_no_rank_serves_anything_over_http(launcher, launches, tmp_path):
+    """The scheduler (without the dashboard) and every worker listen only on their
+    TLS port: nothing else, and no HTTP answer from another process on any of them."""
+    go = tmp_path / "go"
+    n = 4
+    launch = launches(launcher, n, "quiet_job.py", env={"HPCFUTURES_TEST_GO": str(go)})
+    launch.out.wait_for("READY", 90)
+    listeners = 1 + (LAPTOP_WORKERS if launcher == "laptop" else n - 2)  # scheduler, workers
+    # MPI listens too: one port per rank (UCX), plus mpiexec's own, which every
+    # rank inherits; neither is hpcfutures'.
+    mpi = 1 if launcher == "mpiexec" else 0
+
+    def ours() -> dict[int, list[tuple[str, int]]]:
+        inherited = {address for addresses in listening(launch.launchers()).values()
+                     for address in addresses}
+        return {pid: [a for a in addresses if a not in inherited]
+                for pid, addresses in listening(launch.ranks()).items()}
+
+    found = wait_until(ours, 30, f"{listeners} processes of the launch listening",
+                       done=lambda f: sum(len(a) > mpi for a in f.values()) >= listeners)
+    assert sorted(len(addresses) - mpi for addresses in found.values()).count(1) == listeners
+    assert all(len(addresses) <= 1 + mpi for addresses in found.values()), found
+    ports = [address for addresses in found.values() for address in addresses]
+    assert all(ip == "127.0.0.1" for ip, _ in ports), found
+    assert http_answers([f"{ip}:{port}" for ip, port in ports]) == [], found
+    go.touch()
+    assert launch.finish(60) == 0
+
+
+# --------------------------------------------------- 3. multiprocessing in a task
+@pytest.mark.timeout(120)
+def test_a_task_may_use_a_multiprocessing_pool(launcher, launches):
+    """The pool's cleanup (SIGTERM to its processes) must not reach the worker rank:
+    every worker stays, and a clean run ends 0."""
+    launch = launches(launcher, 4, "pool_job.py")
+    code = launch.finish(90)
+    record_failure_time("task uses multiprocessing.Pool: run ends 0", launcher,
+                        time.monotonic() - launch.started)
+    assert code == 0, launch
+    assert "POOL RESULTS OK" in launch.out.rest(), launch
+    assert "left the launch before the end" not in launch.err.rest(), launch
+
+
+# ------------------------------------------------------ 4. a prompt end under MPI
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("late", [0, 2, 5])  # every worker in time; joining as it ends; after
+def test_under_mpiexec_a_finished_launch_ends_promptly_after_the_client(late):
+    """Three runs each.  ``late``: rank 3 is held back that long before it registers
+    (a Dask preload), so it is still joining, or not even trying yet, when the
+    client is done: it must notice at once that the scheduler has gone."""
+    require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    env = {} if not late else {
+        "DASK_DISTRIBUTED__WORKER__PRELOAD": f'["{JOBS / "slow_join.py"}"]',
+        "HPCFUTURES_TEST_SLOW_RANK": "3", "HPCFUTURES_TEST_SLOW_JOIN": str(late)}
+    for _ in range(3):
+        launch = Launch("mpiexec", 4, "short_job.py", env=env)
+        try:
+            client_done = float(launch.out.wait_for("CLIENT DONE", 90).split()[2])
+            assert launch.finish(30) == 0, launch
+            ended = time.time() - client_done
+        finally:
+            launch.close()
+        record_failure_time(f"client done: mpiexec returns (rank 3 {late} s late)", "mpiexec",
+                            ended)
+        # 0.4-1.5 s on an idle machine; 3 s leaves room for a loaded one (a load
+        # average of 12 on the 2 cores of the CI machine gave up to 2.3 s); before
+        # the fix: 4 s with a rank joining, 19 s with a rank still looking the
+        # scheduler up (probes of a closed port retried for 1 or 5 s each).
+        assert ended < 3.0, f"mpiexec returned {ended:.1f} s after the client was done\n{launch}"
+
+
+# ------------------------------------------------------- 5. an executor in a task
+@pytest.mark.timeout(150)
+def test_an_executor_inside_a_task_is_refused_at_once(launcher, launches):
+    launch = launches(launcher, 4, "nested_job.py")
+    line = launch.out.wait_for("NESTED REFUSED", 120)
+    seconds = float(line.split()[3])
+    record_failure_time("Executor() inside a task: NestedExecutorError", launcher, seconds)
+    assert seconds < 5, line
+    where = "local worker" if launcher == "laptop" else "rank "
+    assert f"runs on {where}" in line and "submit it from the client" in line, line
+    assert launch.finish(60) == 0, launch
+    assert "STILL USABLE" in launch.out.rest(), launch
