@@ -219,7 +219,7 @@ def test_late_element_exits_0_and_pending_elements_are_deleted(array):
     _sge("qrls", job.job, "-t", "1-4")
     job.wait()
     records = job.accounting({1, 2, 3, 4})
-    assert "CONTRACT RESULT passed=2 failed=0" in job.output(2), job.report()
+    assert "CONTRACT RESULT passed=5 failed=0" in job.output(2), job.report()
     assert "LATE START" in job.output(4), job.report()
     statuses = {t: records[t]["exit_status"] for t in (1, 2, 3, 4)}
     assert statuses == dict.fromkeys((1, 2, 3, 4), "0"), job.report()
@@ -275,7 +275,7 @@ def test_tombstone_of_an_earlier_array_with_the_same_job_id_is_ignored(array):
     _sge("qrls", job.job, "-t", "1")
     job.wait()
     records = job.accounting({1, 2, 3})
-    assert "CONTRACT RESULT passed=2 failed=0" in job.output(2), job.report()
+    assert "CONTRACT RESULT passed=5 failed=0" in job.output(2), job.report()
     assert {t: records[t]["exit_status"] for t in (1, 2, 3)} == dict.fromkeys((1, 2, 3), "0"), \
         job.report()
     job.finish()
@@ -297,6 +297,6 @@ def test_mpiexec_in_a_parallel_environment_job_is_the_mpi_plugins(array):
     whole.submit("-pe", "mpi", "3", "-b", "y", "-shell", "no", mpiexec, "-n", "3", whole.python,
                  str(whole.tree / "tests" / "jobs" / "contract_job.py"))
     whole.wait()
-    assert "CONTRACT RESULT passed=2 failed=0" in whole.output(0), whole.report()
+    assert "CONTRACT RESULT passed=5 failed=0" in whole.output(0), whole.report()
     assert whole.accounting({0})[0]["exit_status"] == "0", whole.report()
     whole.finish()
