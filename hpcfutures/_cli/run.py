@@ -85,6 +85,10 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
         raise ValueError("no command given to run")
     environ = dict(os.environ if environ is None else environ)
     launch_id = secrets.token_hex(6)
+    # Before the copies start: reading the setting can import Dask (its config),
+    # and a signal arriving meanwhile, before _supervise forwards it, would end
+    # this process and leave the copies running on their own.
+    client = _client_rank(size, environ)
     processes = []
     for rank in range(size):
         env = {**environ, RANK_VAR: str(rank), SIZE_VAR: str(size), LAUNCH_ID_VAR: launch_id}
@@ -96,7 +100,6 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
                 process.kill()
             print(f"hpcfutures run: cannot start {command[0]!r}: {err}", file=sys.stderr)
             return 127
-    client = _client_rank(size, environ)
     status, first = _supervise(processes, client, grace)
     if first is not None:
         print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
