@@ -78,7 +78,10 @@ class WorkerService:
         Dask's default close waits for them; once the launch is over nobody
         wants their results, and a week-long task must not keep the rank (and
         the allocation) alive.  Bounded: the rank leaves even if closing sticks.
+        Whatever Dask says meanwhile (a heartbeat cut short, a running task's
+        instruction cancelled) is noise: the worker is leaving on purpose.
         """
+        quiet_for_shutdown()
         try:
             await asyncio.wait_for(
                 self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
