@@ -252,3 +252,29 @@ def test_stopping_a_launch_mid_map_leaves_no_dask_cancellation_noise(launcher, s
     assert "CancelledError" not in output and "Async instruction" not in output, launch
     assert "distributed." not in output, launch  # nor any other complaint of Dask's
     assert code != 0, launch
+
+
+# ------------------------------------------------- 8. a worker that cannot start
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("setting", ["interface", "preload"])
+def test_when_no_worker_can_start_everyone_learns_why_within_seconds(launcher, setting,
+                                                                    launches):
+    """``interface``: the worker ranks alone are given an interface their host lacks
+    (nodes differ); ``preload``: a Dask setting only workers read names a missing file."""
+    if setting == "interface" and launcher == "laptop":
+        pytest.skip("one process decides every local worker's settings: nothing to differ")
+    job, env = (("bad_worker_job.py", {}) if setting == "interface" else
+                ("short_job.py", {"DASK_DISTRIBUTED__WORKER__PRELOAD": '["/nonexistent.py"]'}))
+    launch = launches(launcher, 4, job, env={"HPCFUTURES_TIMEOUT": "60", **env})
+    code = launch.finish(60)
+    took = time.monotonic() - launch.started
+    record_failure_time(f"no worker can start ({setting}): all end, saying why", launcher,
+                        took)
+    errors = launch.err.rest()
+    cause = ("ValueError: 'nope0' is not a valid network interface" if setting == "interface" else
+             "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent.py'")
+    assert code != 0 and "CLIENT DONE" not in launch.out.rest(), launch
+    assert f"failed to start: {cause}" in errors, launch
+    if launcher != "mpiexec":  # there the failing rank's MPI_Abort may end the client first
+        assert "LauncherError: no worker could start, so the launch ends:" in errors, launch
+    assert took < 20, f"{took:.1f} s (the start-up timeout is 60 s)\n{launch}"
