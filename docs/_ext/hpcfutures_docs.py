@@ -44,6 +44,13 @@ OTHER_VARIABLES = {
         "that does not tell its processes how many it started (the launchers that need "
         "it say so in their error message).",
     ),
+    "HPCFUTURES_INSIDE_TASK_ON": (
+        "set by every worker",
+        "Where this worker runs (``rank 3 (worker) of launch ... on node17``): tasks run "
+        "inside a launch there, and so do the processes they start, which inherit it; an "
+        "executor created there raises :class:`~hpcfutures.NestedExecutorError`. A process "
+        "started by a task that must run a launch of its own can remove it.",
+    ),
     "HPCFUTURES_ARRAY_INDICES": (
         "unset",
         "``FIRST-LAST`` or ``FIRST-LAST:STEP``: the index range of a job array, for batch "
