@@ -177,7 +177,10 @@ async def report_startup_failure(address: str, who: str, why: str, timeout: floa
                                  security: Security | None = None) -> bool:
     """From a worker that could not start: tell the scheduler at ``address`` why.
 
-    Best effort, within ``timeout`` s: whether the scheduler took the news."""
+    Best effort, within ``timeout`` s: whether the scheduler took the news.  A
+    scheduler that has gone (the reason this worker could not join) costs nothing."""
+    if await knock(address, timeout, security) is not Knock.ANSWERED:
+        return False
     args = security.get_connection_args("client") if security is not None else {}
     try:
         comm = await connect(address, timeout=timeout, **args)
