@@ -285,6 +285,70 @@ def test_helpers():
     assert safe_id("ƒ2bX/y z") == "f2bX_y_z"
 
 
+def _fake(directory: Path, name: str, status: int, output: str) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.out").write_text(output)
+    script = directory / name
+    script.write_text(f"#!/bin/bash\ncat {directory}/{name}.out\nexit {status}\n")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize("status, said, gone", [
+    (0, "JobId=7 ArrayTaskId=0 JobState=PENDING Reason=JobHeldUser", None),
+    (0, "JobId=7 ArrayTaskId=0 JobState=RUNNING Reason=None RunTime=00:01:02", None),
+    (0, "JobId=7 ArrayTaskId=0 JobState=CANCELLED Reason=None RunTime=00:00:00",
+     "is CANCELLED, without ever starting (7_0)"),
+    (0, "JobId=7 ArrayTaskId=0 JobState=FAILED Reason=NonZeroExitCode RunTime=00:00:04",
+     "is FAILED (NonZeroExitCode) (7_0)"),
+    (1, "Job 7_0 not found", "is unknown to Slurm"),
+    (1, "slurm_load_jobs error: Invalid job id specified", "is unknown to Slurm"),
+    (1, "slurm_load_jobs error: Unable to contact slurm controller", None),  # cannot tell
+])
+def test_slurm_says_whether_the_schedulers_element_is_gone(tmp_path, monkeypatch, status,
+                                                           said, gone):
+    from hpcfutures.launchers._slurm_array import element_gone
+
+    _fake(tmp_path / "bin", "scontrol", status, said)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    found = element_gone("7", 0)
+    assert found == gone if gone is None else gone in found
+
+
+def test_grid_engine_says_whether_the_schedulers_task_is_gone(tmp_path, monkeypatch):
+    from hpcfutures.launchers.sge import task_gone
+
+    listing = SGE_PENDING.replace("<queue_info></queue_info>", (
+        "<queue_info><job_list state='running'><JB_job_number>{job}</JB_job_number>"
+        "<tasks>2</tasks></job_list></queue_info>")).format(job="42")
+    _fake(tmp_path / "bin", "qstat", 0, listing)  # 42: task 2 running, 4-6 pending
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert task_gone("42", 2) is None and task_gone("42", 5) is None
+    assert "no longer pending or running in Grid Engine (task 42.1" in task_gone("42", 1)
+    _fake(tmp_path / "bin", "qstat", 1, "error: failed receiving gdi request")
+    assert task_gone("42", 1) is None  # qstat cannot tell: keep waiting
+
+
+def test_an_array_element_stops_waiting_once_the_schedulers_element_is_gone(tmp_path,
+                                                                            monkeypatch):
+    from hpcfutures.launchers import _slurm_array
+
+    monkeypatch.setattr(_slurm_array, "ELEMENT_FIRST_CHECK", 0.2)
+    asked = []
+
+    def gone(job, index):
+        asked.append((job, index))
+        return None if len(asked) < 2 else "is CANCELLED (7_0)"
+
+    monkeypatch.setattr(_slurm_array, "element_gone", gone)
+    monkeypatch.setattr(_slurm_array, "ELEMENT_CHECK_EVERY", 0.2)
+    exchange = _slurm_array.ArrayFileExchange(tmp_path / "s.json", "slurm-7-array", 2,
+                                              array_job_id="7", scheduler_index=0)
+    started = time.monotonic()
+    with pytest.raises(LauncherError, match=r"job array 7 \(index 0, rank 0\) is CANCELLED"):
+        exchange.lookup(30)
+    assert time.monotonic() - started < 5 and asked == [("7", 0), ("7", 0)]
+
+
 # ------------------------------------------------------------------ end to end
 #: name -> (environment of rank i, extra settings): each world runs the whole contract suite.
 WORLDS = {

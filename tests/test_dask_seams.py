@@ -254,6 +254,48 @@ def test_a_probe_of_a_port_where_nobody_listens_fails_at_once():
     run(scenario())
 
 
+def test_a_worker_that_cannot_start_says_why_and_the_client_hears_it_at_once():
+    """Scheduler.handlers (ours) take the report; the client's wait for its first worker
+    ends with the reason once every expected worker failed."""
+    from hpcfutures import LauncherError
+
+    async def scenario() -> None:
+        async with live(workers=0, expected_workers=1) as cluster:
+            bad = _dask.WorkerService(cluster.service.address, name="rank-2", nthreads=1,
+                                      memory_limit=None, host=None, interface="nope0",
+                                      timeout=10)
+            with pytest.raises(Exception) as failed:
+                await bad.join()
+            why = _dask.startup_error(failed.value)
+            assert why.startswith("ValueError: 'nope0' is not a valid network interface"), (
+                f"Dask's 'Worker failed to start' no longer carries its cause: {why}")
+            assert await _dask.report_startup_failure(
+                cluster.service.address, "rank 2 (worker) on node17", why, 5)
+            started = time.monotonic()
+            with pytest.raises(LauncherError, match=r"rank 2 \(worker\) on node17 failed to "
+                                                    r"start: ValueError: 'nope0'"):
+                await _dask.wait_for_workers(cluster.client, 30)
+            assert time.monotonic() - started < 2
+
+    run(scenario())
+
+
+def test_one_worker_that_cannot_start_among_several_is_a_warning(caplog):
+    async def scenario() -> None:
+        async with live(workers=0, expected_workers=2) as cluster:
+            await _dask.report_startup_failure(cluster.service.address, "rank 3 (worker)",
+                                               "OSError: no such address", 5)
+            waiting = asyncio.ensure_future(_dask.wait_for_workers(cluster.client, 30))
+            await asyncio.sleep(0.3)
+            assert not waiting.done(), "one failure of two expected workers ended the wait"
+            await cluster.add_worker("rank-2")
+            await asyncio.wait_for(waiting, 10)
+            await cluster.until(lambda: "the launch goes on with the other workers" in
+                                caplog.text, "the client's warning (client.subscribe_topic)")
+
+    run(scenario())
+
+
 def test_the_workers_close_handler_is_ours_and_does_not_wait_for_running_tasks():
     async def scenario() -> None:
         async with live(workers=1) as cluster:

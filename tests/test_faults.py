@@ -59,7 +59,8 @@ class Launch:
         script = [sys.executable, str(JOBS / job), *args]
         extra = dict(env or {})
         if launcher == "srun":
-            command = ["srun", f"-n{n}", "-J", self.name, "-t", "5", *script]
+            limit = extra.pop("HPCFUTURES_SRUN_TIME", "5")  # minutes
+            command = ["srun", f"-n{n}", "-J", self.name, "-t", limit, *script]
         elif launcher == "mpiexec":
             command = ["mpiexec", "-n", str(n), *script]
             extra = {**MPI_LOOPBACK, **extra}
@@ -214,3 +215,66 @@ def test_an_executor_inside_a_task_is_refused_at_once(launcher, launches):
     assert f"runs on {where}" in line and "submit it from the client" in line, line
     assert launch.finish(60) == 0, launch
     assert "STILL USABLE" in launch.out.rest(), launch
+
+
+# ---------------------------------------------------------- 6. stopped mid-map
+STOPS = {  # how the user stops a launch, per launcher: (what, signal, to the group)
+    "laptop": [("Ctrl-C", signal.SIGINT, True), ("SIGTERM", signal.SIGTERM, False)],
+    "run": [("Ctrl-C", signal.SIGINT, True), ("SIGTERM", signal.SIGTERM, False)],
+    "srun": [("scancel", None, False), ("the time limit", None, False)],
+    "mpiexec": [("Ctrl-C", signal.SIGINT, True), ("SIGTERM", signal.SIGTERM, False)],
+}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stop", [0, 1], ids=["first", "second"])
+def test_stopping_a_launch_mid_map_leaves_no_dask_cancellation_noise(launcher, stop, launches):
+    what, signum, group = STOPS[launcher][stop]
+    limit = what == "the time limit"
+    launch = launches(launcher, 4, "long_map_job.py",
+                      env={"HPCFUTURES_SRUN_TIME": "1"} if limit else None)
+    launch.out.wait_for("READY", 90)
+    if limit:
+        pass  # Slurm sends SIGTERM once the minute is up (its timer ticks every ~30 s)
+    elif signum is None:
+        subprocess.run(["scancel", "--name", launch.name], capture_output=True, timeout=30)
+    elif group:
+        os.killpg(launch.process.pid, signum)  # as a terminal's Ctrl-C does
+    else:
+        launch.process.send_signal(signum)
+    stopped = time.monotonic()
+    code = launch.finish(150 if limit else 30)
+    took = time.monotonic() - stopped
+    if not limit:
+        record_failure_time(f"{what} mid-map: launch ends, no Dask noise", launcher, took)
+        assert took < 10, f"{took:.1f} s\n{launch}"
+    output = launch.out.rest() + launch.err.rest()
+    assert "CancelledError" not in output and "Async instruction" not in output, launch
+    assert "distributed." not in output, launch  # nor any other complaint of Dask's
+    assert code != 0, launch
+
+
+# ------------------------------------------------- 8. a worker that cannot start
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("setting", ["interface", "preload"])
+def test_when_no_worker_can_start_everyone_learns_why_within_seconds(launcher, setting,
+                                                                    launches):
+    """``interface``: the worker ranks alone are given an interface their host lacks
+    (nodes differ); ``preload``: a Dask setting only workers read names a missing file."""
+    if setting == "interface" and launcher == "laptop":
+        pytest.skip("one process decides every local worker's settings: nothing to differ")
+    job, env = (("bad_worker_job.py", {}) if setting == "interface" else
+                ("short_job.py", {"DASK_DISTRIBUTED__WORKER__PRELOAD": '["/nonexistent.py"]'}))
+    launch = launches(launcher, 4, job, env={"HPCFUTURES_TIMEOUT": "60", **env})
+    code = launch.finish(60)
+    took = time.monotonic() - launch.started
+    record_failure_time(f"no worker can start ({setting}): all end, saying why", launcher,
+                        took)
+    errors = launch.err.rest()
+    cause = ("ValueError: 'nope0' is not a valid network interface" if setting == "interface" else
+             "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent.py'")
+    assert code != 0 and "CLIENT DONE" not in launch.out.rest(), launch
+    assert f"failed to start: {cause}" in errors, launch
+    if launcher != "mpiexec":  # there the failing rank's MPI_Abort may end the client first
+        assert "LauncherError: no worker could start, so the launch ends:" in errors, launch
+    assert took < 20, f"{took:.1f} s (the start-up timeout is 60 s)\n{launch}"

@@ -186,6 +186,31 @@ def test_run_blames_the_client_not_the_ranks_that_followed_its_verdict():
     assert _failed_first([1, 0, 2], [2, 2, -15], client=1, ended_by_us={2}) == 1
 
 
+def test_dask_noise_of_a_stopping_launch_is_dropped_and_real_trouble_kept():
+    import logging
+
+    from hpcfutures._support.logs import quiet_dask_logging
+
+    quiet_dask_logging({})
+
+    def shown(name: str, message: str, *args: object) -> bool:
+        logger = logging.getLogger(name)
+        record = logger.makeRecord(name, logging.WARNING, "x", 1, message, args, None)
+        return all(f.filter(record) for f in logger.filters)
+
+    assert not shown("distributed.worker.state_machine",
+                     "Async instruction for <Task cancelled name='execute(x)'> ended with "
+                     "CancelledError")
+    assert shown("distributed.worker.state_machine",
+                 "Unhandled exception in async instruction for <Task>")
+    handshake = "Listener on %r: TLS handshake failed with remote %r: %s"
+    assert not shown("distributed.comm.tcp", handshake, "tls://a:1", "tls://b:2",
+                     "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of "
+                     "protocol (_ssl.c:1006)")
+    assert shown("distributed.comm.tcp", handshake, "tls://a:1", "tls://b:2",
+                 "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+
+
 def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     import asyncio
 

@@ -29,6 +29,7 @@ from helpers import (
     TESTS,
     assert_no_leftovers,
     have_command,
+    record_failure_time,
     require,
     wait_until,
 )
@@ -224,6 +225,30 @@ def test_late_element_exits_0_and_pending_elements_are_deleted(array):
     statuses = {t: records[t]["exit_status"] for t in (1, 2, 3, 4)}
     assert statuses == dict.fromkeys((1, 2, 3, 4), "0"), job.report()
     assert 5 not in records and not job.output(5), "the pending task 5 ran instead of being deleted"
+    job.finish()
+
+
+@pytest.mark.timeout(180)
+def test_tasks_whose_scheduler_task_was_deleted_end_within_a_minute(array):
+    """Task 1 (the scheduler) is deleted while it waits: the other tasks, waiting for
+    array_timeout (an hour here), ask qstat, learn why, and end."""
+    job = array("gone", HPCFUTURES_ARRAY_TIMEOUT="3600")
+    job.submit("-h", "-t", "1-4", "-b", "y", "-shell", "no", job.python,
+               str(job.tree / "tests" / "jobs" / "short_job.py"))
+    _sge("qdel", job.job, "-t", "1")
+    _sge("qrls", job.job, "-t", "2-4")
+    released = time.monotonic()
+    job.wait()
+    took = time.monotonic() - released
+    records = job.accounting({2, 3, 4})
+    record_failure_time("array: scheduler element deleted while pending, others end",
+                        "qsub -t", took)
+    assert took < 60, f"{took:.0f} s\n{job.report()}"
+    for task in (2, 3, 4):
+        assert records[task]["exit_status"] != "0", job.report()
+        assert (f"the scheduler's element of job array {job.job} (index 1, rank 0) is no "
+                "longer pending or running in Grid Engine") in job.output(task), job.report()
+    assert 1 not in records, "the deleted task ran"
     job.finish()
 
 

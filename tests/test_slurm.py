@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 from helpers import (
+    JOBS,
     ROOT,
     LiveJob,
     closed_port,
@@ -239,6 +240,37 @@ def test_job_array_late_elements_and_pending_ones(batch, tmp_path):
     assert "already finished" in (tmp_path / "out_3").read_text(), batch.outputs()
     for element in (0, 2):
         assert batch.wait(f"{job}_{element}")["ExitCode"] == "0:0", batch.outputs()
+
+
+@pytest.mark.timeout(180)
+def test_array_whose_scheduler_element_never_starts_ends_within_a_minute(batch, tmp_path, env):
+    """Element 0 (the scheduler) is cancelled while pending: the others, waiting for
+    array_timeout (an hour here), ask Slurm, learn why, and end."""
+    env["HPCFUTURES_ARRAY_TIMEOUT"] = "3600"
+    batch.env.update(env)
+    job = batch.submit(f"exec python3 {JOBS / 'short_job.py'}\n", "--hold", "--array=0-3",
+                       "-o", str(tmp_path / "out_%a"))
+    subprocess.run(["scancel", f"{job}_0"], check=True, timeout=30)
+    subprocess.run(["scontrol", "release", f"{job}_[1-3]"], check=True, timeout=30)
+    released = time.monotonic()
+    for element in (1, 2, 3):
+        facts = batch.wait(f"{job}_{element}", timeout=120)
+        assert facts["JobState"] == "FAILED", (facts, outputs(tmp_path))
+    took = time.monotonic() - released
+    record_failure_time("array: scheduler element deleted while pending, others end",
+                        "sbatch --array", took)
+    assert took < 60, f"{took:.0f} s\n{outputs(tmp_path)}"
+    for element in (1, 2, 3):
+        text = (tmp_path / f"out_{element}").read_text()
+        # CANCELLED, or no record at all (Slurm keeps none for an element it never split
+        # off the array's pending record)
+        assert re.search(rf"the scheduler's element of job array {job} \(index 0, rank 0\) "
+                         r"is (CANCELLED|unknown to Slurm)", text), outputs(tmp_path)
+        assert f"this element (rank {element}) stops now" in text, text
+
+
+def outputs(tmp_path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(tmp_path.glob("out_*")))
 
 
 # ---------------------------------------------------------------- examples

@@ -38,18 +38,18 @@ OTHER_VARIABLES = {
         "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "
         "``run`` launcher.",
     ),
-    "HPCFUTURES_INSIDE_TASK_ON": (
-        "set on every worker",
-        "Where a worker runs (its rank and host). Tasks and every process they start "
-        "inherit it, so an executor created inside a task is refused at once with "
-        "NestedExecutorError instead of taking the worker for a rank of a new launch. "
-        "Do not set it yourself.",
-    ),
     "HPCFUTURES_SIZE": (
         "set by ``hpcfutures run``",
         "How many copies ``hpcfutures run -n N`` started. Set it yourself for a launcher "
         "that does not tell its processes how many it started (the launchers that need "
         "it say so in their error message).",
+    ),
+    "HPCFUTURES_INSIDE_TASK_ON": (
+        "set by every worker",
+        "Where this worker runs (``rank 3 (worker) of launch ... on node17``): tasks run "
+        "inside a launch there, and so do the processes they start, which inherit it; an "
+        "executor created there raises :class:`~hpcfutures.NestedExecutorError`. A process "
+        "started by a task that must run a launch of its own can remove it.",
     ),
     "HPCFUTURES_ARRAY_INDICES": (
         "unset",

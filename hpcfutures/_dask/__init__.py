@@ -30,6 +30,7 @@ from .client import (
     follow_cluster,
     knock,
     probe,
+    report_startup_failure,
     request_stop,
     wait_for_workers,
 )
@@ -46,7 +47,7 @@ from .cluster import (
 )
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
-from .worker import WorkerService, run_worker
+from .worker import WorkerService, run_worker, startup_error
 
 __all__ = [
     "EXIT_FAILED",
@@ -68,9 +69,11 @@ __all__ = [
     "make_security",
     "probe",
     "released_workers",
+    "report_startup_failure",
     "request_stop",
     "run_worker",
     "start_usage",
+    "startup_error",
     "total_threads",
     "usage_report",
     "wait_for_workers",

@@ -17,6 +17,12 @@ VERDICT_OP = "hpcfutures-verdict"
 CLUSTER_TOPIC = "hpcfutures-cluster"
 #: Asks the scheduler for the workers it retired as idle (see release.py).
 RELEASED_OP = "hpcfutures_released"
+#: A worker that failed to start tells the scheduler why (see scheduler.Coordinator).
+STARTUP_FAILED_OP = "hpcfutures_startup_failed"
+#: The client waits for the first worker, or for the reason there will be none.
+AWAIT_WORKERS_OP = "hpcfutures_await_workers"
+#: Event topic on which the scheduler passes such a failure on to the client.
+STARTUP_TOPIC = "hpcfutures-startup"
 #: Where the dashboard listens when asked for without an address.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
 #: Exit status of the other ranks when the client failed or vanished.

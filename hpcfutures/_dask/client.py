@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import enum
 import errno
+import logging
 import warnings
-from collections.abc import Awaitable, Callable
-from typing import cast
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 from distributed import Client, Security
 from distributed.comm import registry
@@ -16,12 +18,23 @@ from distributed.comm.addressing import parse_address
 from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
 
-from ._common import CLUSTER_TOPIC, _hurry, _silenced, scheduler_rpc
+from .._errors import LauncherError
+from ._common import (
+    AWAIT_WORKERS_OP,
+    CLUSTER_TOPIC,
+    STARTUP_FAILED_OP,
+    STARTUP_TOPIC,
+    _hurry,
+    _silenced,
+    scheduler_rpc,
+)
 from .cluster import cluster_size
+
+logger = logging.getLogger("hpcfutures")
 
 __all__ = [
     "Knock", "connect_client", "finish_client", "follow_cluster", "knock", "probe",
-    "request_stop",
+    "report_startup_failure", "request_stop",
     "wait_for_workers",
 ]
 
@@ -137,13 +150,75 @@ async def connect_client(address: str, timeout: float,
     )
     await scheduler_rpc(client).hpcfutures_register(client=client.id)
     _hurry(client.scheduler_comm)
+    _follow_startup_failures(client)
     return client
 
 
 async def wait_for_workers(client: Client, timeout: float) -> None:
-    """Wait until at least one worker has joined, at most ``timeout`` s."""
-    # An asynchronous client returns a coroutine, whatever Dask's annotation says.
-    await cast(Awaitable[None], client.wait_for_workers(1, timeout=timeout))
+    """Wait until at least one worker has joined, at most ``timeout`` s.
+
+    Raises :class:`~hpcfutures.LauncherError` as soon as the scheduler knows
+    that none will come (the workers failed to start: it says why), and
+    :class:`TimeoutError` when the deadline passes.
+    """
+    answer: dict[str, Any] = await asyncio.wait_for(
+        getattr(scheduler_rpc(client), AWAIT_WORKERS_OP)(timeout=timeout), timeout + 5)
+    if answer.get("failed"):
+        _WARNED.setdefault(client, set()).update(answer.get("failures", []))
+        raise LauncherError(
+            f"no worker could start, so the launch ends: {answer['failed']}. Its output "
+            "has the whole error")
+    _warn_of_startup_failures(client, answer.get("failures", []))
+    if not answer.get("workers"):
+        raise TimeoutError(f"no worker joined within {timeout:g} s")
+
+
+async def report_startup_failure(address: str, who: str, why: str, timeout: float,
+                                 security: Security | None = None) -> bool:
+    """From a worker that could not start: tell the scheduler at ``address`` why.
+
+    Best effort, within ``timeout`` s: whether the scheduler took the news.  A
+    scheduler that has gone (the reason this worker could not join) costs nothing."""
+    if await knock(address, timeout, security) is not Knock.ANSWERED:
+        return False
+    args = security.get_connection_args("client") if security is not None else {}
+    try:
+        comm = await connect(address, timeout=timeout, **args)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        reply: object = await asyncio.wait_for(
+            send_recv(comm, op=STARTUP_FAILED_OP, who=who, why=why), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            await comm.close()
+    return reply == "ok"
+
+
+#: Per client: the start-up failures it has warned of (each is heard of twice at most:
+#: as an event, and in the answer to its wait for the first worker).
+_WARNED: weakref.WeakKeyDictionary[Client, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _warn_of_startup_failures(client: Client, failures: list[str]) -> None:
+    """On the client: say so when a worker failed to start while the others carry on."""
+    warned = _WARNED.setdefault(client, set())
+    for failure in failures:
+        if failure not in warned:
+            warned.add(failure)
+            logger.warning("%s; the launch goes on with the other workers", failure)
+
+
+def _follow_startup_failures(client: Client) -> None:
+    """Hear of the failures that happen after the client's wait for its first worker
+    (those before are in the answer to that wait)."""
+    def heard(event: tuple[float, dict[str, Any]]) -> None:
+        if not event[1].get("fatal"):
+            _warn_of_startup_failures(client, [event[1]["failure"]])
+
+    client.subscribe_topic(STARTUP_TOPIC, heard)
 
 
 async def finish_client(client: Client, status: int, timeout: float = 5.0) -> None:

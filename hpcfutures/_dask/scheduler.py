@@ -13,7 +13,17 @@ from distributed import Scheduler, Security
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from .._support.logs import quiet_for_shutdown
-from ._common import CLUSTER_TOPIC, DASHBOARD_ADDRESS, EXIT_FAILED, RELEASED_OP, VERDICT_OP, _hurry
+from ._common import (
+    AWAIT_WORKERS_OP,
+    CLUSTER_TOPIC,
+    DASHBOARD_ADDRESS,
+    EXIT_FAILED,
+    RELEASED_OP,
+    STARTUP_FAILED_OP,
+    STARTUP_TOPIC,
+    VERDICT_OP,
+    _hurry,
+)
 from .release import IdleRelease
 
 __all__ = ["Coordinator", "SchedulerService"]
@@ -34,11 +44,18 @@ class Coordinator(SchedulerPlugin):
     With ``keep_serving`` (``hpcfutures serve``) the launch has no client of
     its own: clients from outside come and go, and none of them ends it; a stop
     request (``hpcfutures_stop``), a signal or the idle timeout does.
+
+    A worker that fails to start says why (``hpcfutures_startup_failed``).
+    Once no worker can come any more (all ``expected_workers`` failed; where
+    their number is unknown, none had joined yet) that is the launch's
+    failure: the client, waiting for its first worker, gets the reason at once
+    instead of a timeout a minute later.  Otherwise the client is warned and
+    the launch goes on with the other workers.
     """
 
     name = "hpcfutures-coordinator"
 
-    def __init__(self, keep_serving: bool = False) -> None:
+    def __init__(self, keep_serving: bool = False, expected_workers: int | None = None) -> None:
         self.verdict: int | None = None
         self.requested: int | None = None
         self.reason = ""
@@ -50,12 +67,22 @@ class Coordinator(SchedulerPlugin):
         #: Serving launch: the clients connected now, and since when there are none.
         self.clients: set[str] = set()
         self.idle_since = time.monotonic()
+        #: Worker ranks in the launch (None: not known), those that joined, and
+        #: what those that failed to start said.
+        self.expected_workers = expected_workers
+        self.joined = 0
+        self.startup_failures: list[str] = []
+        #: Why no worker will come, once that is so; the client is told.
+        self.hopeless: str | None = None
+        self._workers_changed = asyncio.Event()
 
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         scheduler.handlers["hpcfutures_register"] = self._register
         scheduler.handlers["hpcfutures_finish"] = self._finish
         scheduler.handlers[RELEASED_OP] = lambda: []  # until idle release is on
+        scheduler.handlers[STARTUP_FAILED_OP] = self._startup_failed
+        scheduler.handlers[AWAIT_WORKERS_OP] = self._await_workers
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -70,6 +97,8 @@ class Coordinator(SchedulerPlugin):
         return "ok"
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        self.joined += 1
+        self._workers_changed.set()
         _hurry(scheduler.stream_comms.get(worker))
         if self.verdict is not None:
             # It joined after the end: without the verdict it would take the
@@ -79,6 +108,40 @@ class Coordinator(SchedulerPlugin):
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         _announce_cluster(scheduler, leaving=worker)
+
+    def _startup_failed(self, who: str, why: str) -> str:
+        """A worker rank could not start (a setting only it could reject, say)."""
+        text = f"{who} failed to start: {why}"
+        self.startup_failures.append(text)
+        logger.warning("%s", text)
+        expected = self.expected_workers
+        failed = len(self.startup_failures)
+        if self.hopeless is None and (failed >= expected if expected else self.joined == 0):
+            first = self.startup_failures[0]
+            self.hopeless = first if failed == 1 else (
+                f"{first} (and {failed - 1} other worker(s) after it: see the scheduler's log)")
+        assert self.scheduler is not None
+        self.scheduler.log_event(STARTUP_TOPIC, {"failure": text, "fatal": self.hopeless})
+        self._workers_changed.set()
+        return "ok"
+
+    async def _await_workers(self, timeout: float) -> dict[str, Any]:
+        """Answer once a worker is there, or once none can come (then say why);
+        ``{"workers": 0}`` after ``timeout`` seconds."""
+        assert self.scheduler is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            failures = list(self.startup_failures)
+            if self.scheduler.workers:
+                return {"workers": len(self.scheduler.workers), "failures": failures}
+            if self.hopeless is not None:
+                return {"workers": 0, "failed": self.hopeless, "failures": failures}
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {"workers": 0, "failures": failures}
+            self._workers_changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._workers_changed.wait(), left)
 
     def _finish(self, status: int) -> str:
         # The launch ends when the client disconnects right after this call:
@@ -98,6 +161,8 @@ class Coordinator(SchedulerPlugin):
             self.end(EXIT_FAILED, "the client's connection was lost before it finished")
         elif self.requested == 0:
             self.end(0, "the client finished")
+        elif self.hopeless is not None and not scheduler.workers:
+            self.end(self.requested, self.hopeless)
         else:
             self.end(self.requested, f"the client failed (exit status {self.requested})")
 
@@ -155,8 +220,9 @@ class SchedulerService:
 
     def __init__(self, *, host: str | None, interface: str | None,
                  security: Security | None = None, keep_serving: bool = False,
-                 dashboard: bool = False, dashboard_address: str | None = None) -> None:
-        self.coordinator = Coordinator(keep_serving)
+                 dashboard: bool = False, dashboard_address: str | None = None,
+                 expected_workers: int | None = None) -> None:
+        self.coordinator = Coordinator(keep_serving, expected_workers)
         self._options: dict[str, Any] = dict(
             host=host,
             interface=interface,

@@ -12,7 +12,7 @@ from .._remote import memory
 from .._support.logs import quiet_for_shutdown
 from ._common import CLOSE_TIMEOUT, VERDICT_OP, _hurry
 
-__all__ = ["WorkerService", "run_worker"]
+__all__ = ["WorkerService", "run_worker", "startup_error"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -78,7 +78,10 @@ class WorkerService:
         Dask's default close waits for them; once the launch is over nobody
         wants their results, and a week-long task must not keep the rank (and
         the allocation) alive.  Bounded: the rank leaves even if closing sticks.
+        Whatever Dask says meanwhile (a heartbeat cut short, a running task's
+        instruction cancelled) is noise: the worker is leaving on purpose.
         """
+        quiet_for_shutdown()
         try:
             await asyncio.wait_for(
                 self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
@@ -132,13 +135,39 @@ class WorkerService:
                 return
 
 
-async def run_worker(address: str, *, stop: asyncio.Event | None = None,
+def startup_error(err: BaseException) -> str:
+    """What went wrong when a worker could not start, in one line: the first error.
+
+    Dask's "Worker failed to start." says nothing by itself: the reason is its
+    cause (an unknown interface, an address the host does not have...)."""
+    seen = {id(err)}
+    while (err.__cause__ or err.__context__) is not None:
+        inner = err.__cause__ or err.__context__
+        if inner is None or id(inner) in seen:
+            break
+        seen.add(id(inner))
+        err = inner
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+async def run_worker(address: str, *, who: str, stop: asyncio.Event | None = None,
                      **options: Any) -> int | None:
-    """Join the scheduler at ``address`` and serve; None if it could not join."""
-    service = WorkerService(address, **options)
+    """Join the scheduler at ``address`` and serve; None if it could not join.
+
+    A worker that cannot start tells the scheduler why (as ``who``): a
+    setting only a worker can reject must not leave the client waiting."""
+    from .client import report_startup_failure
+
     try:
+        service = WorkerService(address, **options)
         await service.join()
-    except Exception:
-        logger.debug("worker %s could not join %s", service.name, address, exc_info=True)
+    except Exception as err:
+        if not await report_startup_failure(address, who, startup_error(err), REPORT_TIMEOUT,
+                                            options.get("security")):
+            logger.error("%s could not start: %s", who, startup_error(err))
         return None
     return await service.serve(stop)
+
+
+#: Seconds a worker that could not start spends telling the scheduler why.
+REPORT_TIMEOUT = 5.0

@@ -10,8 +10,9 @@ from .._support.config import Settings
 from .._support.loop import stop_on_signals
 from ..launchers import SchedulerInfo
 from .plan import Plan
+from .roles import Role
 
-__all__ = ["launch_credentials", "play_scheduler", "start_scheduler"]
+__all__ = ["expected_workers", "launch_credentials", "play_scheduler", "start_scheduler"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -36,12 +37,22 @@ async def start_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, hos
     service = await _dask.SchedulerService(
         host=host, interface=interface, security=_dask.make_security(credentials),
         keep_serving=keep_serving, dashboard=settings.dashboard,
-        dashboard_address=settings.dashboard_address).start()
+        dashboard_address=settings.dashboard_address,
+        expected_workers=expected_workers(settings, plan, keep_serving)).start()
     if settings.release_idle_after is not None:
         service.release_idle_workers(settings.release_idle_after, settings.min_workers)
     info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id,
                          security=credentials, serving=keep_serving)
     return service, info
+
+
+def expected_workers(settings: Settings, plan: Plan, keep_serving: bool) -> int | None:
+    """How many worker ranks the launch has; None for a standalone process, whose
+    local workers the client counts."""
+    if plan.role is Role.STANDALONE:
+        return None
+    others = 1 if keep_serving or settings.scheduler_in_client else 2  # scheduler, client
+    return max(plan.identity.size - others, 0)
 
 
 async def play_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,

@@ -31,8 +31,9 @@ def main() -> None:
     mark_worker_process(f"local worker {config['name']} (pid {os.getpid()}) of the laptop "
                         f"default on {socket.gethostname()}")
     security = _dask.make_security(config.pop("credentials", None))
+    who = f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}"
     status = run_until_complete(
-        _dask.run_worker(config.pop("address"), security=security, **config))
+        _dask.run_worker(config.pop("address"), who=who, security=security, **config))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if status is None else status)

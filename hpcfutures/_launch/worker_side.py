@@ -23,6 +23,8 @@ logger = logging.getLogger("hpcfutures")
 
 #: Seconds between checks, while a worker registers, that the launch still runs.
 LAUNCH_OVER_POLL = 0.25
+#: Seconds a worker that could not start spends telling the scheduler why.
+REPORT_TIMEOUT = 5.0
 
 
 async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
@@ -38,16 +40,6 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
                         f"{socket.gethostname()}")
     stop = asyncio.Event()
     stop_on_signals(lambda signum: stop.set())
-    service = _dask.WorkerService(
-        info.address,
-        name=f"rank-{identity.rank}",
-        nthreads=settings.threads_per_worker or identity.threads or 1,
-        memory_limit=settings.memory_limit or identity.memory_limit,
-        host=host,
-        interface=interface,
-        timeout=timeout,
-        security=_dask.make_security(info.security),
-    )
     security = _dask.make_security(info.security)
 
     async def answers() -> bool | None:
@@ -55,7 +47,27 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
         knock = await _dask.knock(info.address, LAUNCH_OVER_POLL * 4, security)
         return None if knock is _dask.Knock.REFUSED else knock is _dask.Knock.ANSWERED
 
-    if not await _join_while_launch_lasts(service, plan.peers_exchange, info, stop, answers):
+    try:
+        service = _dask.WorkerService(
+            info.address,
+            name=f"rank-{identity.rank}",
+            nthreads=settings.threads_per_worker or identity.threads or 1,
+            memory_limit=settings.memory_limit or identity.memory_limit,
+            host=host,
+            interface=interface,
+            timeout=timeout,
+            security=security,
+        )
+        joined = await _join_while_launch_lasts(service, plan.peers_exchange, info, stop,
+                                                answers)
+    except Exception as err:
+        # A setting only a worker can reject (an interface or address this host
+        # lacks, a Dask worker option): the scheduler passes the reason on.
+        who = f"rank {identity.rank} (worker) on {socket.gethostname()}"
+        await _dask.report_startup_failure(info.address, who, _dask.startup_error(err),
+                                           REPORT_TIMEOUT, security)
+        raise
+    if not joined:
         return 0
     status = await service.serve(stop)
     if status is None:

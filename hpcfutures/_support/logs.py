@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 __all__ = [
     "configure_rank_logging", "quiet_dask_logging", "quiet_for_shutdown", "rank_log_path",
@@ -22,20 +23,28 @@ LOG_DIR_VAR = "HPCFUTURES_LOG_DIR"
 
 _DASK_LOGGERS = ("distributed", "tornado")
 
-#: (logger, message prefix) of reports that duplicate an error the user gets anyway.
+#: (logger, pattern of the message's start) of reports that duplicate an error the
+#: user gets anyway, or that only say that the launch is being stopped (Ctrl-C,
+#: SIGTERM, scancel, the time limit: the client says what happened): a worker
+#: closing while it runs tasks, a peer that hung up in the middle of a TLS handshake.
 _DUPLICATES = {
-    "distributed.worker": "Compute Failed",
-    "distributed.protocol.pickle": "Failed to serialize",
+    "distributed.worker": re.compile("Compute Failed"),
+    "distributed.protocol.pickle": re.compile("Failed to serialize"),
+    "distributed.worker.state_machine": re.compile(
+        r"Async instruction for .* ended with CancelledError$", re.S),
+    "distributed.comm.tcp": re.compile(
+        r"Listener on .*: TLS handshake failed with remote .*"
+        r"(UNEXPECTED_EOF_WHILE_READING|EOF occurred in violation of protocol)", re.S),
 }
 
 
 class _DropDuplicateReport(logging.Filter):
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, pattern: re.Pattern[str]) -> None:
         super().__init__()
-        self.prefix = prefix
+        self.pattern = pattern
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
+        return not self.pattern.match(record.getMessage())
 
 
 def quiet_dask_logging(environ=os.environ) -> None:
@@ -45,10 +54,10 @@ def quiet_dask_logging(environ=os.environ) -> None:
         logging.getLogger(name).setLevel(level)
     if level in ("DEBUG", "INFO"):
         return
-    for name, prefix in _DUPLICATES.items():
+    for name, pattern in _DUPLICATES.items():
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropDuplicateReport) for f in target.filters):
-            target.addFilter(_DropDuplicateReport(prefix))
+            target.addFilter(_DropDuplicateReport(pattern))
 
 
 def quiet_for_shutdown() -> None:

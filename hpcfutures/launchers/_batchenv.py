@@ -33,6 +33,7 @@ from .._errors import LauncherError
 
 __all__ = [
     "ARRAY_INDICES_VAR",
+    "COMMAND_TIMEOUT",
     "MPI_RANK_VARIABLES",
     "SIZE_VAR",
     "IndexSpan",
@@ -176,6 +177,10 @@ class IndexSpan:
     @property
     def size(self) -> int:
         return (self.last - self.first) // self.step + 1
+
+    def has(self, index: int) -> bool:
+        """Whether ``index`` is one of the span's indices."""
+        return self.first <= index <= self.last and (index - self.first) % self.step == 0
 
     def rank(self, index: int) -> int:
         """The position of ``index`` in the span: the element's rank."""

@@ -102,6 +102,7 @@ class SchedulerFileExchange(AddressExchange):
                 if verdict not in reported:
                     reported.add(verdict)
                     logger.info("ignoring %s: %s; waiting for a fresh one", self.path, verdict)
+            self._while_waiting()
             if time.monotonic() >= deadline:
                 raise StartupTimeoutError(
                     f"rank {self.rank} waited {timeout:g} s for the scheduler file {self.path} "
@@ -112,6 +113,9 @@ class SchedulerFileExchange(AddressExchange):
                     "with timeout= / HPCFUTURES_TIMEOUT."
                 )
             backoff.sleep(deadline)
+
+    def _while_waiting(self) -> None:
+        """Called between reads while no usable file is there; may raise to stop waiting."""
 
     def _judge(self, info: SchedulerInfo, stale: SchedulerInfo | None) -> str | None:
         """Why ``info`` cannot be used, or None if it can."""

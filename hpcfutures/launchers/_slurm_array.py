@@ -12,7 +12,11 @@ an ``srun`` step does not:
 * at the end the scheduler leaves a "finished" tombstone in the file, so an
   element that starts after the client finished exits at once with status 0;
 * the client cancels the elements still pending (``scancel --state=PENDING``)
-  so they do not wait in the queue only to start and exit.
+  so they do not wait in the queue only to start and exit;
+* an element waiting for the scheduler asks Slurm now and then whether the
+  scheduler's element (rank 0) still exists: one cancelled while pending, or
+  one that failed before publishing, would otherwise keep every other element
+  waiting for ``array_timeout`` (an hour by default).
 
 A job id can come back after the cluster's state is wiped (every fresh CI
 machine starts at 1).  A tombstone written before this array was submitted
@@ -25,19 +29,30 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from .._errors import LauncherError
-from ._batchenv import int_var, run_command
+from ._batchenv import COMMAND_TIMEOUT, int_var, run_command
 from ._exchange import SchedulerInfo
 from ._schedfile import SchedulerFileExchange
 from ._slurm_env import SYSTEM
 
-__all__ = ["ArrayFileExchange", "ArrayPosition", "array_position", "cancel_pending"]
+__all__ = ["ArrayFileExchange", "ArrayPosition", "array_position", "cancel_pending",
+           "element_gone"]
 
 #: Clock difference tolerated between the controller and the scheduler's node.
 CLOCK_SLACK = 5.0
+#: Seconds an element waits for the scheduler before it first asks the batch system
+#: whether the scheduler's element still exists, and then between two asks.  Every
+#: waiting element asks, so not too often: a 1000-element array asks ~30 times a second.
+ELEMENT_FIRST_CHECK = 5.0
+ELEMENT_CHECK_EVERY = 30.0
+#: Slurm states of an element that will never run (again): it cannot publish now.
+ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "COMPLETING", "DEADLINE",
+                          "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +63,8 @@ class ArrayPosition:
     index: int
     rank: int
     size: int
+    #: The index of rank 0, the scheduler's element (None where not known).
+    first: int | None = None
 
 
 def array_position(environ: Mapping[str, str]) -> ArrayPosition:
@@ -74,21 +91,50 @@ def array_position(environ: Mapping[str, str]) -> ArrayPosition:
             "is not one regular range, so an element cannot work out its rank; submit it as "
             f"--array=FIRST-LAST or FIRST-LAST:STEP (e.g. --array=0-{count - 1})"
         )
-    return ArrayPosition(job, index, (index - first) // stride, count)
+    return ArrayPosition(job, index, (index - first) // stride, count, first)
 
 
 class ArrayFileExchange(SchedulerFileExchange):
-    """The scheduler file of a job array: tombstoned at the end, wary of old tombstones."""
+    """The scheduler file of a job array: tombstoned at the end, wary of old tombstones,
+    and not waited for once the scheduler's element is gone."""
 
-    def __init__(self, path: Path, launch_id: str, rank: int, *, array_job_id: str) -> None:
+    #: How the batch system is named in messages.
+    system = "Slurm"
+
+    def __init__(self, path: Path, launch_id: str, rank: int, *, array_job_id: str,
+                 scheduler_index: int | None = None) -> None:
         super().__init__(path, launch_id, rank, tombstone=True)
         self.array_job_id = array_job_id
+        #: The array index of the scheduler's element (rank 0); None: not checked.
+        self.scheduler_index = scheduler_index
         self._predates: dict[str, bool] = {}
+        self._next_check = time.monotonic() + ELEMENT_FIRST_CHECK
 
     @classmethod
-    def for_array(cls, settings, identity, array_job_id: str) -> ArrayFileExchange:
+    def for_array(cls, settings, identity, array_job_id: str,
+                  scheduler_index: int | None = None) -> ArrayFileExchange:
         plain = SchedulerFileExchange.for_launch(settings, identity)
-        return cls(plain.path, identity.launch_id, identity.rank, array_job_id=array_job_id)
+        return cls(plain.path, identity.launch_id, identity.rank, array_job_id=array_job_id,
+                   scheduler_index=scheduler_index)
+
+    def _while_waiting(self) -> None:
+        """Now and then, ask the batch system whether the scheduler's element still exists."""
+        if self.scheduler_index is None or self.rank == 0 or time.monotonic() < self._next_check:
+            return
+        self._next_check = time.monotonic() + ELEMENT_CHECK_EVERY
+        why = self.scheduler_element_gone()
+        if why is None:
+            return
+        raise LauncherError(
+            f"the scheduler's element of job array {self.array_job_id} (index "
+            f"{self.scheduler_index}, rank 0) {why}, so it will never publish its address in "
+            f"{self.path}: this element (rank {self.rank}) stops now instead of waiting for it "
+            "until array_timeout. Submit the array again, all of it")
+
+    def scheduler_element_gone(self) -> str | None:
+        """Why the scheduler's element will never run (again), as the batch system says;
+        None while it is pending or running, or when the batch system cannot tell."""
+        return element_gone(self.array_job_id, self.scheduler_index)
 
     def _judge(self, info: SchedulerInfo, stale: SchedulerInfo | None) -> str | None:
         if info.finished and info.launch_id == self.launch_id and self._older_than_array(info):
@@ -102,6 +148,32 @@ class ArrayFileExchange(SchedulerFileExchange):
             self._predates[info.nonce] = (submitted is not None
                                           and info.created < submitted - CLOCK_SLACK)
         return self._predates[info.nonce]
+
+
+def element_gone(array_job_id: str, index: int | None) -> str | None:
+    """Why Slurm says element ``index`` of array ``array_job_id`` will never run (again):
+    "is CANCELLED" and the like, or "is no longer known to Slurm"; None while it is
+    pending or running, or if Slurm cannot be asked."""
+    element = f"{array_job_id}_{index}"
+    try:
+        result = subprocess.run(["scontrol", "-o", "show", "job", element],
+                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        said = f"{result.stdout} {result.stderr}".lower()
+        if "invalid job id" in said or "not found" in said:
+            # An element cancelled while it waited may leave no record at all.
+            return (f"is unknown to Slurm ({element} was cancelled while it waited, or "
+                    "ended a while ago)")
+        return None
+    state = re.search(r"\bJobState=(\S+)", result.stdout)
+    if state is None or state[1] not in ENDED_STATES:
+        return None
+    reason = re.search(r"\bReason=(\S+)", result.stdout)
+    how = ", without ever starting" if "RunTime=00:00:00" in result.stdout else ""
+    because = f" ({reason[1]})" if reason and reason[1] != "None" else ""
+    return f"is {state[1]}{how}{because} ({element})"
 
 
 def submit_time(job_id: str) -> float | None:

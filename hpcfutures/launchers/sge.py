@@ -28,11 +28,12 @@ one: as for Slurm, a tombstone older than the array's submission time
 
 from __future__ import annotations
 
+import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
 from .._errors import LauncherError
-from ._batchenv import int_var, parse_int, parse_span, run_command
+from ._batchenv import COMMAND_TIMEOUT, int_var, parse_int, parse_span, run_command
 from ._exchange import AddressExchange, SchedulerInfo
 from ._identity import Identity
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
@@ -72,7 +73,7 @@ class SGELauncher(JobArrayLauncher):
         span = parse_span(f"{first}-{last}:{step or 1}", "SGE_TASK_FIRST-LAST:STEPSIZE")
         rank = span.rank(index)
         job = self.job_id(env)
-        return (ArrayPosition(job, index, rank, span.size),
+        return (ArrayPosition(job, index, rank, span.size, span.first),
                 (f"rank {rank} of {span.size} from SGE_TASK_ID={index} in the array's "
                  f"range {span} (SGE_TASK_FIRST, SGE_TASK_LAST, SGE_TASK_STEPSIZE)",))
 
@@ -88,7 +89,8 @@ class SGELauncher(JobArrayLauncher):
     def address_exchange(self, identity: Identity) -> AddressExchange:
         array_job = identity.fields.get("array_job_id")
         if array_job:
-            return SGEArrayExchange.for_array(self.settings, identity, array_job)
+            return SGEArrayExchange.for_array(self.settings, identity, array_job,
+                                              self.array_position()[0].first)
         return super().address_exchange(identity)
 
     def cancel_pending(self, array_job_id: str) -> None:
@@ -98,7 +100,13 @@ class SGELauncher(JobArrayLauncher):
 
 
 class SGEArrayExchange(ArrayFileExchange):
-    """Slurm's array file exchange, asking Grid Engine when the array was submitted."""
+    """Slurm's array file exchange, asking Grid Engine when the array was submitted and
+    whether the scheduler's task is still pending or running."""
+
+    system = SYSTEM
+
+    def scheduler_element_gone(self) -> str | None:
+        return task_gone(self.array_job_id, self.scheduler_index)
 
     def _older_than_array(self, info: SchedulerInfo) -> bool:
         if info.nonce not in self._predates:
@@ -133,6 +141,33 @@ def submission_time(job_id: str) -> float | None:
     if stamp is not None and stamp > 1e11:  # some versions count milliseconds
         stamp /= 1000
     return stamp
+
+
+def task_gone(job_id: str, task: int | None) -> str | None:
+    """Why task ``task`` of job ``job_id`` will never run (again): it is neither pending
+    nor running (nor suspended) in ``qstat``; None while it is, or if qstat cannot be asked.
+
+    Grid Engine forgets a task once it ended or was deleted (``qacct`` would know
+    which, much later), so "gone" is all it can say."""
+    try:
+        result = subprocess.run(["qstat", "-xml"], capture_output=True, text=True,
+                                timeout=COMMAND_TIMEOUT)
+        root = ET.fromstring(result.stdout) if result.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ET.ParseError):
+        return None
+    if root is None or task is None:
+        return None
+    for job in root.iter("job_list"):
+        if (job.findtext("JB_job_number") or "").strip() != job_id:
+            continue
+        for part in (job.findtext("tasks") or "").split(","):
+            try:
+                if part.strip() and parse_span(part, "qstat's task range").has(task):
+                    return None
+            except LauncherError:
+                return None  # a listing hpcfutures cannot read: do not guess
+    return (f"is no longer pending or running in Grid Engine (task {job_id}.{task}: deleted "
+            "while it waited, or it ended before the scheduler started)")
 
 
 def pending_tasks(job_id: str) -> list[str]:

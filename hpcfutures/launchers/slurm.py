@@ -194,7 +194,8 @@ class SlurmLauncher(Launcher):
     def address_exchange(self, identity: Identity) -> AddressExchange:
         array_job = identity.fields.get("array_job_id")
         if array_job:
-            return ArrayFileExchange.for_array(self.settings, identity, array_job)
+            return ArrayFileExchange.for_array(self.settings, identity, array_job,
+                                               array_position(self.environ).first)
         return super().address_exchange(identity)
 
     def client_finished(self, identity: Identity, exit_status: int) -> None:
