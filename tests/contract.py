@@ -440,6 +440,8 @@ def initialization(_=None):
 
 @check
 def initializer_ran_once_in_every_worker_before_its_calls(ex):
+    if ex._session.settings.initializer is None:  # connect(): a serving launch's workers
+        return
     first = ex.submit(square, 1)
     futures = [ex.submit(initialization) for _ in range(16)]
     futures.append(ex.submit(initialization, first))  # sent alone
