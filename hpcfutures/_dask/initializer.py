@@ -62,9 +62,10 @@ async def register_initializer(client: Client, payload: bytes,
     client.subscribe_topic(INITIALIZER_TOPIC, heard)
     await client.register_plugin(InitializerPlugin(payload),
                                  name=f"hpcfutures-initializer-{client.id}")
-    # The events of the workers present may come after this answer: ask them.
-    reports: dict[str, bytes | None] = await client.run(failure_report)
+    # The events of the workers present may come after this answer: ask them
+    # (a worker leaving meanwhile answers with an error: it runs no call).
+    reports: dict[str, Any] = await client.run(failure_report, on_error="return")
     for address, report in sorted(reports.items()):
-        if report is not None:
+        if isinstance(report, bytes):
             failed(restore_failure(report), address)
             return
