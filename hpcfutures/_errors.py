@@ -16,7 +16,8 @@
     ├── SerializationError (TypeError,        a call, its arguments or its result could
     │       pickle.PicklingError)             not be pickled
     ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
-    └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone
+    └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone, or
+                                              a worker's initializer raised (its cause)
 
 Each class also derives from the built-in exception callers already catch, so
 ``except TimeoutError`` or ``except concurrent.futures.BrokenExecutor`` keeps
@@ -133,7 +134,11 @@ class TaskMemoryError(MemoryError, HPCFuturesError):
 
 
 class BrokenHPCExecutor(HPCFuturesError, BrokenExecutor):
-    """The executor lost its scheduler or all its workers and cannot run tasks."""
+    """The executor lost its scheduler or all its workers and cannot run tasks.
+
+    Also raised, as with ``ProcessPoolExecutor``'s ``BrokenProcessPool``, once a
+    worker's ``initializer`` has raised: that exception is its ``__cause__``.
+    """
 
 
 class RemoteTraceback(Exception):

@@ -23,6 +23,9 @@ import hpcfutures
 
 CHECKS = []
 
+#: What every executor of the contract is created with (``initializer_ran_...`` checks it).
+EXECUTOR_OPTIONS = {"initializer": "set below", "initargs": ("ready",)}
+
 
 def check(fn):
     CHECKS.append(fn)
@@ -380,6 +383,71 @@ def a_finished_future_releases_call_and_result_without_gc(ex):
                        "the finished calls' argument and result to be freed", first=0.01)
     finally:
         gc.enable()
+
+
+class Kept:
+    """A result kept on a worker whose pickling calls sys.exit() (when it is fetched)."""
+
+    def __reduce__(self):
+        sys.exit(6)
+
+
+def keep_exiting_result(_=None):
+    return Kept()
+
+
+def type_name(value):
+    return type(value).__name__
+
+
+@check
+def sys_exit_while_a_kept_result_is_pickled_is_that_futures_exception(ex):
+    """A result that stays on its worker until the client or another worker fetches it
+    (a call sent alone, or a bundled call's value once it is an argument)."""
+    started = time.monotonic()
+    first = ex.submit(square, 2)
+    alone = ex.submit(keep_exiting_result, first)  # depends: sent alone, result kept
+    bundled = ex.submit(keep_exiting_result)  # its value is picked out for the dependents
+    dependents = [ex.submit(type_name, alone), ex.submit(type_name, bundled)]
+    for future in [alone, bundled, *dependents]:
+        error = future.exception(timeout=30)
+        assert type(error) is SystemExit and error.code == 6, repr(error)
+    results = ex.map(type_name, [bundled])
+    try:
+        next(results)
+    except SystemExit as err:
+        assert err.code == 6, err.code
+    else:
+        raise AssertionError("map yielded a call whose argument could not be fetched")
+    assert ex.submit(square, 5).result(timeout=30) == 25  # no worker died
+    assert time.monotonic() - started < 20
+
+
+INITIALIZED: list = []
+
+
+def mark_initialized(tag):
+    """The contract's initializer: once per worker process, before its first call."""
+    INITIALIZED.append(tag)
+
+
+EXECUTOR_OPTIONS["initializer"] = mark_initialized
+
+
+def initialization(_=None):
+    return os.getpid(), tuple(INITIALIZED)
+
+
+@check
+def initializer_ran_once_in_every_worker_before_its_calls(ex):
+    if ex._session.settings.initializer is None:  # connect(): a serving launch's workers
+        return
+    first = ex.submit(square, 1)
+    futures = [ex.submit(initialization) for _ in range(16)]
+    futures.append(ex.submit(initialization, first))  # sent alone
+    seen = dict(f.result(timeout=30) for f in futures)
+    seen.update(ex.map(initialization, range(20)))
+    assert seen and all(marks == ("ready",) for marks in seen.values()), seen
 
 
 @check

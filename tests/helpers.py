@@ -28,12 +28,12 @@ import pytest
 from waiting import wait_until
 
 __all__ = [
-    "FAILURE_TIMES", "FINAL_STATES", "IN_CI", "JOBS", "MARKER_VAR", "MATRIX_CHECKS",
-    "MPI_LOOPBACK", "ROOT", "TESTS", "Batch", "Job", "Lines", "LiveJob", "assert_no_leftovers",
-    "child_pids", "closed_port", "contract_passed", "have_command", "have_mpi",
-    "hpcfutures_run", "http_answers", "job_facts", "kill_marked", "listening",
-    "outsider_refused", "processes_with_marker", "rank_pid", "record_failure_time", "require",
-    "run_job", "slurm_is_up", "wait_until",
+    "ENDING_MODES", "FAILURE_TIMES", "FINAL_STATES", "IN_CI", "JOBS", "MARKER_VAR",
+    "MATRIX_CHECKS", "MPI_LOOPBACK", "ROOT", "TESTS", "Batch", "Job", "Lines", "LiveJob",
+    "assert_no_leftovers", "child_pids", "closed_port", "contract_passed", "ending_launch",
+    "ending_passed", "have_command", "have_mpi", "hpcfutures_run", "http_answers", "job_facts",
+    "kill_marked", "listening", "outsider_refused", "processes_with_marker", "rank_pid",
+    "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -427,6 +427,31 @@ FAILURE_TIMES: list[tuple[str, str, float]] = []
 def record_failure_time(row: str, launcher: str, seconds: float) -> None:
     """Note how long a failure-matrix row took; the run ends with a table of them."""
     FAILURE_TIMES.append((row, launcher, seconds))
+
+
+#: The modes of jobs/ending_job.py (issue 15) and what its client prints when each works.
+ENDING_MODES = {
+    "exit": ["PENDING CALL RAN 49",
+             "ATEXIT REFUSED cannot schedule new futures after interpreter shutdown"],
+    "lost": ["PENDING CALL RAN 49"],
+    "cancel": ["CANCEL OK"],
+    "initfail": ["INITFAIL OK"],
+}
+
+
+def ending_launch(mode: str) -> tuple[int, dict[str, str]]:
+    """(ranks, environment) of an ending_job.py launch: ``initfail`` holds rank 3 back
+    5 s (a Dask preload), so that it joins once the client has calls pending."""
+    if mode != "initfail":
+        return 3, {}
+    return 4, {"DASK_DISTRIBUTED__WORKER__PRELOAD": f'["{JOBS / "slow_join.py"}"]',
+               "HPCFUTURES_TEST_SLOW_RANK": "3", "HPCFUTURES_TEST_SLOW_JOIN": "5"}
+
+
+def ending_passed(job: Job, mode: str) -> bool:
+    """Whether an ending_job.py launch did what ``mode`` asks, and ended with status 0."""
+    return (job.returncode == 0 and f"CLIENT DONE {mode}" in job.stdout
+            and all(line in job.stdout for line in ENDING_MODES[mode]))
 
 
 def contract_passed(job: Job, launcher: str | None = None) -> bool:

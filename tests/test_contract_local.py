@@ -3,7 +3,7 @@
 import time
 
 import pytest
-from contract import CHECKS, square
+from contract import CHECKS, EXECUTOR_OPTIONS, square
 from helpers import MATRIX_CHECKS, child_pids, record_failure_time
 
 import hpcfutures
@@ -12,7 +12,7 @@ import hpcfutures
 @pytest.fixture(scope="module")
 def ex():
     before = child_pids()
-    executor = hpcfutures.LocalExecutor(2, timeout=60)
+    executor = hpcfutures.LocalExecutor(2, timeout=60, **EXECUTOR_OPTIONS)
     yield executor
     executor.shutdown()
     assert child_pids() - before == set(), "local workers outlived shutdown"

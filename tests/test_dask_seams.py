@@ -4,10 +4,12 @@
 shortens ``BatchedSend.interval``, adds scheduler handlers and worker stream
 handlers, replaces the worker's ``close`` handlers, reads the scheduler's
 ``queued``/``unrunnable`` and each ``WorkerState``, counts ``startstops`` and
-``suspicious`` in a scheduler plug-in, and asks the ``identity``/``ncores``
-RPCs.  None of that is Dask's public API, so a Dask release may rename any of
-it.  Each test here exercises one such seam for real, on a scheduler and
-workers in this process (one asyncio loop, 127.0.0.1, no TLS), and fails with
+``suspicious`` in a scheduler plug-in, asks the ``identity``/``ncores``
+RPCs, and runs the executor's initializer in a worker plug-in (in
+``Worker.executors["default"]``, before a late worker's first instruction).
+None of that is Dask's public API, so a Dask release may rename any of it.
+Each test here exercises one such seam for real, on a scheduler and workers in
+this process (one asyncio loop, 127.0.0.1, no TLS), and fails with
 a message naming the Dask attribute that changed.
 """
 
@@ -514,3 +516,59 @@ def test_dashboard_facts_read_the_schedulers_http_server():
             await service.close()
 
     run(scenario())
+
+
+# ------------------------------------------------------- the executor's initializer
+INITIALIZED: list[tuple[str, int]] = []
+
+
+def note_initialized(tag: str) -> None:
+    if INITIALIZED and tag == "fail-later":
+        raise ValueError("a later worker's initializer fails")
+    INITIALIZED.append((tag, threading.get_ident()))
+
+
+def thread_and_marks(_: Any = None) -> tuple[int, int]:
+    return threading.get_ident(), len(INITIALIZED)
+
+
+def test_the_initializer_plugin_runs_before_a_workers_first_call_also_when_it_joins_later():
+    """WorkerPlugin.setup runs on the workers present when the client registers it
+    (the client waits), and on a worker that joins later before it reads the
+    scheduler's first instruction; the initializer runs in the thread that runs calls
+    (Worker.executors["default"]).  Its failure reaches the client as an event."""
+    from hpcfutures._remote import initializer as remote
+    from hpcfutures._remote.calls import run_task
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            failures: list[tuple[BaseException, str]] = []
+            payload = remote.pack_initializer(note_initialized, ("fail-later",))
+            with seam("Client.register_plugin / WorkerPlugin.setup / Worker.executors"
+                      "['default'] / Client.run"):
+                await _dask.register_initializer(
+                    cluster.client, payload, lambda e, w: failures.append((e, w)))
+            assert len(INITIALIZED) == 1 and not failures, (INITIALIZED, failures)
+            thread, _ = await cluster.client.submit(thread_and_marks, pure=False)
+            assert thread == INITIALIZED[0][1], "the initializer ran in another thread"
+            # A call waiting for a worker that can take it: the late worker's first.
+            waiting = cluster.client.submit(run_task, thread_and_marks, (1,), {},
+                                            resources={"late": 1}, pure=False)
+            late = _dask.WorkerService(cluster.service.address, name="rank-3", nthreads=1,
+                                       memory_limit=None, host="127.0.0.1", interface=None,
+                                       timeout=10, resources={"late": 1})
+            await late.join()
+            cluster.workers.append(late)
+            cluster.serving.append(asyncio.ensure_future(late.serve()))
+            with seam("Worker: plug-ins set up before handle_scheduler; Worker.log_event"):
+                await cluster.until(lambda: failures, "the late worker's failure event")
+                error, worker = failures[0]
+                assert type(error) is ValueError and worker == "rank-3", failures
+                # its first call was refused: no call runs where the initializer failed
+                with pytest.raises(Exception, match="initializer raised ValueError"):
+                    await waiting
+    try:
+        run(scenario())
+    finally:
+        remote._failure = None  # the workers of this test live in this process
+        INITIALIZED.clear()

@@ -112,3 +112,45 @@ def test_submit_from_an_atexit_handler_raises_runtime_error():
     assert proc.returncode == 0, proc.stderr
     assert "REFUSED cannot schedule new futures after interpreter shutdown" in proc.stdout, (
         proc.stdout, proc.stderr)
+
+
+def alive(pid):
+    """Whether ``pid`` runs (a zombie waiting for whoever adopted it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(90)
+def test_a_program_killed_with_sigkill_leaves_no_local_worker():
+    """Nothing of the program runs to end the launch, and calls are running: the
+    workers see the scheduler (a thread of the killed program) vanish, and leave."""
+    code = textwrap.dedent("""
+        import time, hpcfutures
+        executor = hpcfutures.LocalExecutor(2)
+        assert executor.submit(abs, -1).result(timeout=60) == 1
+        running = [executor.submit(time.sleep, 100) for _ in range(2)]
+        while not all(f.running() for f in running):
+            time.sleep(0.01)
+        local = executor._session._client_side.local_workers
+        print("PIDS", *[p.pid for p in local.processes], flush=True)
+        time.sleep(120)
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PIDS"), line
+        pids = [int(pid) for pid in line.split()[1:]]
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
+        proc.kill()
+        proc.wait(10)
+        started = time.monotonic()
+        wait_until(lambda: not any(alive(pid) for pid in pids), 10,
+                   "the local workers of a SIGKILLed program to exit")
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+        proc.wait()

@@ -16,6 +16,8 @@ from helpers import (
     Lines,
     assert_no_leftovers,
     contract_passed,
+    ending_launch,
+    ending_passed,
     hpcfutures_run,
     record_failure_time,
     run_job,
@@ -41,10 +43,22 @@ def test_contract_with_scheduler_in_client_on_two_ranks():
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mode", ["exit", "lost"])
 def test_pending_call_runs_when_the_client_never_shuts_down(mode):
-    """Issue 15: no shutdown() (program exit, or the executor dropped) loses no call."""
+    """Issue 15: no shutdown() (program exit, or the executor dropped) loses no call;
+    exit: an atexit handler's submit raises RuntimeError."""
     job = hpcfutures_run(3, JOBS / "ending_job.py", mode, timeout=75)
     assert job.returncode == 0, job
     assert "PENDING CALL RAN 49" in job.stdout and f"CLIENT DONE {mode}" in job.stdout, job
+    assert ending_passed(job, mode), job
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", ["cancel", "initfail"])
+def test_cancel_futures_and_a_failing_initializer(mode):
+    """Issue 15: cancel_futures cancels only calls not started; an initializer that
+    raises in a worker joining later breaks the executor, pending calls included."""
+    n, env = ending_launch(mode)
+    job = hpcfutures_run(n, JOBS / "ending_job.py", mode, timeout=75, env=env)
+    assert ending_passed(job, mode), job
 
 
 @pytest.mark.timeout(60)

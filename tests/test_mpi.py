@@ -17,10 +17,13 @@ import time
 
 import pytest
 from helpers import (
+    ENDING_MODES,
     JOBS,
     MPI_LOOPBACK,
     ROOT,
     contract_passed,
+    ending_launch,
+    ending_passed,
     have_mpi,
     record_failure_time,
     require,
@@ -245,6 +248,17 @@ def test_contract_under_mpiexec(real_mpi, n):
     job = mpiexec(n, CONTRACT)
     assert contract_passed(job, launcher="mpiexec" if n == 4 else None), job
     assert job.stdout.count("CONTRACT RESULT") == 1, "the checks ran on more than one rank"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", list(ENDING_MODES))
+def test_endings_without_a_with_block_under_mpiexec(real_mpi, mode):
+    """Issue 15 under mpiexec: no shutdown() (+ submit from atexit), a lost executor,
+    cancel_futures, an initializer failing in a worker that joins later."""
+    n, env = ending_launch(mode)
+    job = mpiexec(n, JOBS / "ending_job.py", mode, env=env, timeout=75)
+    assert ending_passed(job, mode), job
 
 
 @pytest.mark.mpi

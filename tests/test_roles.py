@@ -125,3 +125,20 @@ def test_one_host_binds_to_loopback_and_explicit_options_win():
     assert bind_address(settings, many) == (None, None)
     explicit = resolve_settings({"interface": "ib0"}, environ={}, dask_config={})
     assert bind_address(explicit, one_host) == (None, "ib0")
+
+
+@pytest.mark.parametrize("size, sic, asked, warned", [
+    (4, False, 2, False), (4, False, 8, True), (4, True, 3, False), (4, True, 2, True),
+    (1, False, 8, False),  # the laptop default: max_workers is its number of workers
+])
+def test_max_workers_that_the_ranks_do_not_give_is_a_warning(size, sic, asked, warned, caplog):
+    from types import SimpleNamespace
+
+    from hpcfutures._launch.client_side import ClientSide
+
+    settings = resolve_settings({"max_workers": asked, "scheduler_in_client": sic},
+                                environ={}, dask_config={})
+    role = Role.STANDALONE if size == 1 else Role.CLIENT
+    plan = SimpleNamespace(role=role, identity=SimpleNamespace(size=size))
+    ClientSide(settings, plan, None)._warn_of_ignored_max_workers()  # type: ignore[arg-type]
+    assert ("is ignored under a launcher" in caplog.text) is warned, caplog.text

@@ -19,11 +19,14 @@ import uuid
 
 import pytest
 from helpers import (
+    ENDING_MODES,
     JOBS,
     ROOT,
     LiveJob,
     closed_port,
     contract_passed,
+    ending_launch,
+    ending_passed,
     record_failure_time,
     require,
     run_job,
@@ -92,6 +95,16 @@ def test_contract_suite_under_srun(n, env, tmp_path):
     job = srun(n, "tests/jobs/contract_job.py", env=env)
     assert contract_passed(job, launcher="srun" if n == 4 else None), job
     assert left_files(tmp_path) == [], "the scheduler file outlived the launch"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", list(ENDING_MODES))
+def test_endings_without_a_with_block_under_srun(mode, env):
+    """Issue 15 under srun: no shutdown() (+ submit from atexit), a lost executor,
+    cancel_futures, an initializer failing in a worker that joins later."""
+    n, extra = ending_launch(mode)
+    job = srun(n, "tests/jobs/ending_job.py", mode, env={**env, **extra})
+    assert ending_passed(job, mode), job
 
 
 @pytest.mark.timeout(90)

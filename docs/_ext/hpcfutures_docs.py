@@ -93,11 +93,19 @@ class OptionsTable(_TableDirective):
     def lines(self) -> list[str]:
         from hpcfutures._support.options import OPTIONS
 
-        rows = [[f"``{option.name}``", f"``{option.env_name}``", f"``{option.config_key}``",
-                 option.kind.describe, option.shown_default, option.doc]
+        rows = [[f"``{option.name}``", *_text_sources(option), option.kind.describe,
+                 option.shown_default, option.doc]
                 for option in OPTIONS]
         header = ["Keyword", "Environment variable", "Dask config", "Value", "Default", "Meaning"]
         return _list_table(header, rows, "14 20 18 16 10 30")
+
+
+def _text_sources(option) -> list[str]:
+    """The variable and config key of an option; for a Python object, that they are refused."""
+    if option.textual:
+        return [f"``{option.env_name}``", f"``{option.config_key}``"]
+    return [f"``{option.env_name}``: refused (keyword argument only)",
+            f"``{option.config_key}``: refused"]
 
 
 class VariablesTable(_TableDirective):

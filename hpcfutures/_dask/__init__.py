@@ -6,8 +6,9 @@ the typed functions exported here.  One module per role or question:
 :mod:`.scheduler` (the Coordinator plug-in and the scheduler service),
 :mod:`.worker` (a worker in a rank's process), :mod:`.client` (connecting,
 following the cluster, finishing), :mod:`.cluster` (what the client asks
-about the workers), :mod:`.usage` (the summary's ledger on the scheduler)
-and :mod:`.release` (retiring idle workers).  Most of it is coroutines; the
+about the workers), :mod:`.usage` (the summary's ledger on the scheduler),
+:mod:`.release` (retiring idle workers) and :mod:`.initializer` (the
+executor's ``initializer``, run on every worker).  Most of it is coroutines; the
 session runs them either on a fresh event loop (the scheduler and worker
 ranks) or on the client's loop thread.  Every private Dask name relied on
 here is pinned by ``tests/test_dask_seams.py``.
@@ -45,6 +46,7 @@ from .cluster import (
     worker_facts,
     worker_names,
 )
+from .initializer import register_initializer
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
@@ -68,6 +70,7 @@ __all__ = [
     "knock",
     "make_security",
     "probe",
+    "register_initializer",
     "released_workers",
     "report_startup_failure",
     "request_stop",

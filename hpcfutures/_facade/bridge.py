@@ -235,11 +235,12 @@ class TaskBridge:
         return self._closing
 
     # ------------------------------------------------------------ any thread
-    def break_executor(self, reason: str) -> None:
+    def break_executor(self, reason: str, cause: BaseException | None = None) -> None:
         """Fail every outstanding future: the executor can no longer run tasks."""
         with self._lock:
             if self._broken is None:
                 self._broken = BrokenHPCExecutor(f"hpcfutures executor is broken: {reason}")
+                self._broken.__cause__ = cause
             broken = self._broken
             victims = list(self._outstanding)
         (logger.info if self.stopped_by_signal else logger.error)("%s", broken)

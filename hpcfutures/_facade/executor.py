@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, Literal
 
 from .._launch.session import Session
+from .._remote.initializer import pack_initializer
 from .._support.config import resolve_settings
 from .._support.options import given
 from .arguments import refuse_foreign_futures
@@ -88,6 +89,13 @@ class Executor(cf.Executor):
             ``"1h"``. Default: never. Environment: ``HPCFUTURES_RELEASE_IDLE_AFTER``.
         min_workers: Workers kept however idle they are, when ``release_idle_after`` is set.
             Default: ``1``. Environment: ``HPCFUTURES_MIN_WORKERS``.
+        initializer: Called in every worker process before its first call, also in workers that
+            join later, as ``initializer(*initargs)`` (as with ``ProcessPoolExecutor``). If it
+            raises, the executor is broken: every pending and later call fails with
+            ``BrokenHPCExecutor``, caused by that exception. Default: none. Only as a keyword
+            argument (``HPCFUTURES_INITIALIZER`` is refused: a Python object is not text).
+        initargs: The arguments of ``initializer``. Default: ``()``. Only as a keyword argument
+            (``HPCFUTURES_INITARGS`` is refused: a Python object is not text).
     """
 
     _launcher_name: ClassVar[str | None] = None
@@ -115,12 +123,18 @@ class Executor(cf.Executor):
         log_dir: str | None = None,
         release_idle_after: float | str | None = None,
         min_workers: int | None = None,
+        initializer: Callable[..., Any] | None = None,
+        initargs: tuple[Any, ...] | None = None,
         # END generated: executor
     ) -> None:
         explicit = given(locals())
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
         settings = resolve_settings({**explicit, "launcher": launcher or self._launcher_name})
+        if settings.initializer is not None:  # on every rank: the launch fails as one
+            pack_initializer(settings.initializer, settings.initargs)
         self._session = self._new_session(settings)
         bridge = self._session.start(TaskBridge)
         self._bridge: TaskBridge | None = bridge if isinstance(bridge, TaskBridge) else None

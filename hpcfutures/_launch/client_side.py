@@ -28,7 +28,7 @@ from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
 from .._support.loop import LoopThread
 from ..launchers import SchedulerInfo
-from ..launchers._identity import SCHEDULER_RANK
+from ..launchers._identity import SCHEDULER_RANK, minimum_size
 from ..launchers.local import available_cores
 from .lookup import PROBE_TIMEOUT, find_scheduler
 from .plan import Plan, bind_address
@@ -69,6 +69,9 @@ class ClientBridge(Protocol):
 
     def closing(self) -> None:
         """The launch is ending: lost futures are no longer a failure."""
+
+    def break_executor(self, reason: str, cause: BaseException | None = None) -> None:
+        """Fail every outstanding and later call with ``BrokenHPCExecutor`` (from ``cause``)."""
 
 
 #: How the facade makes its bridge: (loop, Dask client, scheduler address, threads).
@@ -131,10 +134,50 @@ class ClientSide:
         self.bridge = self.make_bridge(self.loop, self.client, address, threads)
         self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
                            self.settings.timeout)
+        if self.settings.initializer is not None:
+            self._start_initializer(_dask)
         self._attach_reports(_dask)
         self.loop.call_soon(asyncio.ensure_future, self.bridge.watch_workers(self.settings.timeout))
         self._catch_sigterm()
+        self._warn_of_ignored_max_workers()
         return self.bridge
+
+    def _warn_of_ignored_max_workers(self) -> None:
+        """Under a launcher the ranks decide how many workers there are: say so when
+        ``max_workers`` asked for another number (a ProcessPoolExecutor habit)."""
+        asked = self.settings.max_workers
+        if asked is None or self.plan.role is Role.STANDALONE:
+            return
+        ranks = self.plan.identity.size - minimum_size(self.settings.scheduler_in_client) + 1
+        if asked != ranks:
+            logger.warning(
+                "max_workers=%d (%s) is ignored under a launcher: this launch of %d processes "
+                "has %d worker rank(s), the processes left after the scheduler and the client; "
+                "launch more or fewer processes instead", asked,
+                self.settings.sources.get("max_workers", "given"), self.plan.identity.size,
+                ranks)
+
+    def _start_initializer(self, _dask) -> None:
+        """Every worker runs the executor's initializer before its first call (those
+        present before this returns, those that join later as they join)."""
+        from .._remote.initializer import pack_initializer
+
+        assert self.settings.initializer is not None
+        try:
+            payload = pack_initializer(self.settings.initializer, self.settings.initargs)
+            self._run(_dask.register_initializer(self.client, payload, self._initializer_failed),
+                      self.settings.timeout, "the workers present to run the initializer")
+        except BaseException:
+            self._teardown(_dask.EXIT_FAILED)
+            raise
+
+    def _initializer_failed(self, error: BaseException, worker: str) -> None:
+        """As with ``ProcessPoolExecutor``: an initializer that raised breaks the executor."""
+        assert self.bridge is not None
+        name = getattr(self.settings.initializer, "__qualname__", repr(self.settings.initializer))
+        self.bridge.break_executor(
+            f"the initializer {name!r} raised {type(error).__name__}: {error} in worker "
+            f"{worker}, and no call runs where it failed", cause=error)
 
     def _scheduler_address(self, _dask) -> str:
         """Start the scheduler here, or find the one another rank published."""

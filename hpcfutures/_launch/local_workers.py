@@ -3,7 +3,9 @@
 Each child runs :mod:`hpcfutures._launch.worker_process`, which plays the same worker
 role as a rank of a real launch; it learns the scheduler's address (and the
 parent's ``sys.path``, so functions from the user's modules import) through its
-standard input, never through the environment or a file.
+standard input, never through the environment or a file.  The parent keeps that
+pipe open while it lives: when it dies without ending its launch (SIGKILL), the
+pipe closes and the child leaves at once, even with calls running.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class LocalWorkers:
     def __init__(self, count: int) -> None:
         self.count = count
         self.processes: list[subprocess.Popen] = []
+        #: The pids of the processes given their configuration (their pipe stays open).
+        self._told: set[int] = set()
 
     def spawn(self) -> LocalWorkers:
         for _ in range(self.count):
@@ -60,15 +64,20 @@ class LocalWorkers:
         for index, process in enumerate(self.processes):
             assert process.stdin is not None
             message = {**config, "name": f"local-{index}", "sys_path": sys.path}
-            try:
-                process.stdin.write(json.dumps(message).encode())
-                process.stdin.close()
+            try:  # one line; the pipe stays open (the child's sign that we live)
+                process.stdin.write(json.dumps(message).encode() + b"\n")
+                process.stdin.flush()
+                self._told.add(process.pid)
             except BrokenPipeError:
                 logger.warning("local worker %d exited before it could start", process.pid)
 
     def connect_abandoned(self) -> None:
         """Close the pipes of processes that never got an address, so they exit."""
-        for process in self.processes:
+        self._close_pipes([p for p in self.processes if p.pid not in self._told])
+
+    @staticmethod
+    def _close_pipes(processes: list[subprocess.Popen]) -> None:
+        for process in processes:
             if process.stdin is not None and not process.stdin.closed:
                 try:
                     process.stdin.close()
@@ -99,3 +108,4 @@ class LocalWorkers:
                 logger.warning("local worker %d ignored SIGTERM; killing it", process.pid)
                 process.kill()
                 process.wait()
+        self._close_pipes(self.processes)  # only now: they have left

@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 
 from .._errors import RemoteTraceback, SerializationError
+from .initializer import refuse_if_failed
 from .memory import explain
 
 __all__ = [
@@ -93,11 +94,19 @@ def restore_traceback(exc: BaseException) -> BaseException:
 
 
 def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Call ``fn`` on the worker; a failure keeps its type and gains a traceback."""
+    """Call ``fn`` on the worker; a failure keeps its type and gains a traceback.
+
+    Its result stays on the worker, and Dask pickles it when the client or
+    another worker fetches it: it is pickled once here first, so that a
+    result that cannot be (or calls ``sys.exit()`` as it is) is this call's
+    exception, not the failure of a worker's connection (or its end).
+    """
+    refuse_if_failed()
     try:
-        return fn(*args, **kwargs)
+        value = fn(*args, **kwargs)
     except (Exception, SystemExit) as exc:
         raise _annotate(exc) from None
+    return _checked(value, "the task's result")
 
 
 def _unpicklable(what: str, err: BaseException) -> BaseException:
@@ -107,6 +116,27 @@ def _unpicklable(what: str, err: BaseException) -> BaseException:
         f"{what} could not be pickled to send it back to the client: "
         f"{type(err).__name__}: {err}. Return plain data (numbers, strings, "
         "arrays, dataclasses...) rather than locks, files, sockets or generators"))
+
+
+class _Discard:
+    """A file that forgets what is written: pickling only to see that it works."""
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+def _forget(buffer: Any) -> None:
+    """A large buffer (an array's data) goes out of band: here, nowhere, uncopied."""
+    return None
+
+
+def _checked(value: Any, what: str) -> Any:
+    """``value`` once it has been seen to pickle (buffers out of band: not copied)."""
+    try:
+        cloudpickle.CloudPickler(_Discard(), protocol=5, buffer_callback=_forget).dump(value)
+    except (Exception, SystemExit) as err:
+        raise _unpicklable(what, err) from None
+    return value
 
 
 def _dumps_or_none(value: Any) -> bytes | None:
@@ -158,6 +188,7 @@ def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
     Stops at the first exception and returns it beside the results before it,
     so the client can yield those and raise at the right position.
     """
+    refuse_if_failed()
     started = time.perf_counter()
     values = []
     for args in chunk:
@@ -208,6 +239,7 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
 
 def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:
     """Run ``submit`` calls one after another; each succeeds or fails on its own."""
+    refuse_if_failed()
     results, seconds = [], []
     for fn, args, kwargs in calls:
         started = time.perf_counter()
@@ -222,6 +254,6 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
 def pick(outcome: BundleOutcome, index: int) -> Any:
     """One call's value out of a bundle (when its future becomes an argument)."""
     ok, value = outcome.results[index]
-    if ok:
-        return value
+    if ok:  # kept on this worker: another may fetch it (see run_task)
+        return _checked(value, "the task's result")
     raise value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import ConfigurationError
@@ -43,6 +43,8 @@ class Settings:
     log_dir: str | None
     release_idle_after: float | None
     min_workers: int
+    initializer: Callable[..., Any] | None
+    initargs: tuple[Any, ...]
     # END generated: settings
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -60,6 +62,8 @@ def _dask_config() -> Mapping[str, Any]:
 def _resolve(option: Option, explicit: Mapping[str, Any], environ: Mapping[str, str],
              dask_config: Mapping[str, Any]) -> tuple[Any, str]:
     """(value, where it came from) of one option."""
+    if not option.textual:
+        _refuse_text(option, environ, dask_config)
     if option.name in explicit:
         raw, source = explicit[option.name], "keyword argument"
     elif environ.get(option.env_name, "") != "":
@@ -75,6 +79,18 @@ def _resolve(option: Option, explicit: Mapping[str, Any], environ: Mapping[str, 
             f"invalid value for {option.name!r} from {source}: {err}; "
             f"for example {option.example_for(source)}"
         ) from err
+
+
+def _refuse_text(option: Option, environ: Mapping[str, str],
+                 dask_config: Mapping[str, Any]) -> None:
+    """A Python object (a callable) given as text: say it can only be a keyword argument."""
+    if environ.get(option.env_name, "") != "":
+        source = f"environment variable {option.env_name}"
+    elif dask_config.get(option.name) is not None:
+        source = f"dask config {option.config_key}"
+    else:
+        return
+    raise ConfigurationError(option.text_source_refused(source))
 
 
 def resolve_settings(

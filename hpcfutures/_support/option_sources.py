@@ -74,15 +74,20 @@ def _markdown(text: str) -> str:
 def readme_table(indent: str) -> list[str]:
     lines = ["| option | variable | default | meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
-        lines.append(f"| `{option.name}` | `{option.env_name}` | "
+        variable = f"`{option.env_name}`" if option.textual else "keyword only"
+        lines.append(f"| `{option.name}` | {variable} | "
                      f"{_markdown(option.shown_default)} | {_markdown(option.full_doc)} |")
     return [indent + line for line in lines]
 
 
 def docstring_entry(option: Option, indent: str) -> list[str]:
     """The Google-style "Args" entry of ``option``, wrapped outside ``literals``."""
-    text = (f"{option.name}: {option.full_doc} Default: {option.shown_default}. "
-            f"Environment: ``{option.env_name}``.")
+    if option.textual:
+        where = f"Environment: ``{option.env_name}``."
+    else:
+        where = (f"Only as a keyword argument (``{option.env_name}`` is refused: a Python "
+                 "object is not text).")
+    text = f"{option.name}: {option.full_doc} Default: {option.shown_default}. {where}"
     text = LITERAL.sub(lambda match: match[0].replace(" ", "\0"), text)
     lines = textwrap.wrap(text, WIDTH, initial_indent=indent,
                           subsequent_indent=indent + "    ",

@@ -113,6 +113,22 @@ def _parse_duration(text: str) -> float:
         return math.nan
 
 
+def to_callable(value: Any) -> Callable[..., Any]:
+    if not callable(value):
+        raise ValueError(f"expected a callable, got {value!r}")
+    return value
+
+
+def to_args(value: Any) -> tuple:
+    """The arguments of a callable option, as a tuple (any iterable is accepted)."""
+    if isinstance(value, (str, bytes)):  # iterable, but surely not meant as arguments
+        raise ValueError(f"expected a tuple of arguments, got {value!r}")
+    try:
+        return tuple(value)
+    except TypeError:
+        raise ValueError(f"expected a tuple of arguments, got {value!r}") from None
+
+
 def to_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
@@ -190,6 +206,9 @@ class Kind:
     may_be_none: bool = False
     #: A sentence on the accepted values for docstrings and the README, if needed.
     hint: str = ""
+    #: Whether a value can be written as text: false for Python objects (a callable
+    #: and its arguments), which only a keyword argument can give.
+    textual: bool = True
 
 
 BOOL = Kind("bool", "bool", to_bool,
@@ -204,6 +223,10 @@ SIZE = Kind("int | float | str", "int | float | str", to_memory,
             "Dask's share of the worker's host; ``0``: none", "4GiB", may_be_none=True,
             hint="Bytes, or a size such as ``\"4GiB\"``; ``\"auto\"`` or a fraction such as "
                  "``0.5`` let Dask size it on the worker's host.")
+CALLABLE = Kind("Callable[..., Any]", "Callable[..., Any]", to_callable,
+                "a callable (keyword argument only)", "setup_worker", textual=False)
+ARGUMENTS = Kind("tuple[Any, ...]", "tuple[Any, ...]", to_args,
+                 "a tuple (keyword argument only)", "(path,)", textual=False)
 PROGRESS = Kind("bool | str", "str", to_progress,
                 "boolean, or ``auto`` (same as true) or ``always``", "auto")
 
@@ -239,6 +262,17 @@ class Option:
         return self.default is None or self.kind.may_be_none
 
     @property
+    def textual(self) -> bool:
+        """Whether the option may also come from its variable or the Dask config."""
+        return self.kind.textual
+
+    def text_source_refused(self, source: str) -> str:
+        """Why this option cannot come from ``source`` (a variable, a config key)."""
+        return (f"{self.name!r} cannot come from the {source}: its value is a Python object "
+                f"({self.kind.describe.split(' (')[0]}), which text cannot express; pass it "
+                f"as a keyword argument, e.g. hpcfutures.Executor({self.name}=...)")
+
+    @property
     def full_doc(self) -> str:
         """The doc and what values it accepts, for docstrings and the README."""
         return f"{self.doc} {self.kind.hint}".strip()
@@ -257,6 +291,8 @@ class Option:
         """How to give a valid value in ``source`` (a keyword, a variable, a config key)."""
         value = self.kind.example if self.example is None else self.example
         text = str(value).lower() if isinstance(value, bool) else str(value)
+        if not self.textual:  # only ever a keyword argument: a Python expression
+            return f"{self.name}={text}"
         if source.startswith("environment"):
             return f"{self.env_name}={text}"
         if source.startswith("dask config"):
@@ -331,6 +367,14 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="never"),
     Option("min_workers", COUNT, 1,
            "Workers kept however idle they are, when ``release_idle_after`` is set."),
+    Option("initializer", CALLABLE, None,
+           "Called in every worker process before its first call, also in workers that "
+           "join later, as ``initializer(*initargs)`` (as with ``ProcessPoolExecutor``). "
+           "If it raises, the executor is broken: every pending and later call fails with "
+           "``BrokenHPCExecutor``, caused by that exception.",
+           default_doc="none"),
+    Option("initargs", ARGUMENTS, (),
+           "The arguments of ``initializer``."),
 )
 
 NAMES: tuple[str, ...] = tuple(option.name for option in OPTIONS)

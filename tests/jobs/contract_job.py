@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from contract import CHECKS, run_all, sleep_then, square
+from contract import CHECKS, EXECUTOR_OPTIONS, run_all, sleep_then, square
 
 import hpcfutures
 
@@ -32,7 +32,7 @@ only = [name for name in os.environ.get("CONTRACT_CHECKS", "").split(",") if nam
 unknown = sorted(set(only) - {fn.__name__ for fn in CHECKS})
 if unknown:
     sys.exit(f"CONTRACT_CHECKS names unknown checks: {', '.join(unknown)}")
-executor = hpcfutures.Executor()
+executor = hpcfutures.Executor(**EXECUTOR_OPTIONS)
 ex = executor.__enter__()  # None except on the client (the other ranks never get here)
 failed = run_all(ex, names=only or None, out=lambda line: print(line, flush=True))
 ending = 0
