@@ -514,3 +514,29 @@ def test_dashboard_facts_read_the_schedulers_http_server():
             await service.close()
 
     run(scenario())
+
+
+# ------------------------------------------------------------------ memory
+def test_a_memory_limit_the_worker_already_fills_is_refused_before_it_joins():
+    """Worker.memory_manager.memory_limit / memory_pause_fraction and
+    Worker.monitor.get_process_memory(): what Dask's pause decision reads."""
+    from hpcfutures import ConfigurationError
+
+    async def scenario() -> None:
+        async with live(workers=0) as cluster:
+            small = _dask.WorkerService(cluster.service.address, name="rank-2", nthreads=1,
+                                        memory_limit="50MiB", host="127.0.0.1",
+                                        interface=None, timeout=10)
+            with seam("WorkerMemoryManager.memory_limit/memory_pause_fraction, "
+                      "SystemMonitor.get_process_memory"), \
+                    pytest.raises(ConfigurationError, match=r"memory_limit=50\.0 MiB is too "
+                                                            r"small for a worker"):
+                await small.join()
+            assert not cluster.scheduler.workers
+            with dask.config.set({"distributed.worker.memory.pause": False}):
+                unpaused = _dask.WorkerService(cluster.service.address, name="rank-3",
+                                               nthreads=1, memory_limit="50MiB",
+                                               host="127.0.0.1", interface=None, timeout=10)
+                unpaused._refuse_a_limit_it_already_crosses()  # never paused: no hang
+
+    run(scenario())
