@@ -37,6 +37,7 @@ from .client import (
 from .cluster import (
     DashboardFacts,
     WorkerFacts,
+    WorkerPlace,
     ask_workers,
     cluster_size,
     dashboard_facts,
@@ -44,6 +45,7 @@ from .cluster import (
     total_threads,
     worker_facts,
     worker_names,
+    worker_places,
 )
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
@@ -57,6 +59,7 @@ __all__ = [
     "SchedulerService",
     "UsageReport",
     "WorkerFacts",
+    "WorkerPlace",
     "WorkerService",
     "WorkerUsage",
     "ask_workers",
@@ -79,4 +82,5 @@ __all__ = [
     "wait_for_workers",
     "worker_facts",
     "worker_names",
+    "worker_places",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 from distributed import Security, Worker
@@ -11,7 +12,8 @@ from distributed import Security, Worker
 from .._errors import ConfigurationError
 from .._remote import memory
 from .._support.logs import quiet_for_shutdown
-from ._common import CLOSE_TIMEOUT, VERDICT_OP, _hurry
+from . import tuning
+from ._common import CLOSE_TIMEOUT, HOST_KEY, VERDICT_OP, _hurry
 
 __all__ = ["WorkerService", "run_worker", "startup_error"]
 
@@ -39,6 +41,10 @@ class _Worker(Worker):
         return
 
 
+def _hostname(worker: Worker) -> str:
+    return socket.gethostname()
+
+
 class WorkerService:
     """A Dask worker in this process: :meth:`join` the scheduler, then :meth:`serve`."""
 
@@ -49,6 +55,7 @@ class WorkerService:
         self.name, self.address = name, address
         self.verdict: int | None = None
         self._closed = asyncio.Event()
+        tuning.apply()
         self._worker: Worker = _Worker(
             address,
             name=name,
@@ -62,6 +69,9 @@ class WorkerService:
             protocol="tls" if security is not None else None,
             resources=resources,
             validate=False,
+            # The scheduler lists it with the worker (its identity), for the client's
+            # word on a worker that left: a host name, where Dask has only an address.
+            startup_information={HOST_KEY: _hostname},
         )
         self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
         self._worker.stream_handlers["close"] = self.close
