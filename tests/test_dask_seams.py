@@ -572,3 +572,62 @@ def test_the_initializer_plugin_runs_before_a_workers_first_call_also_when_it_jo
     finally:
         remote._failure = None  # the workers of this test live in this process
         INITIALIZED.clear()
+
+
+# ------------------------------------------------------------------ memory
+def test_a_memory_limit_the_worker_already_fills_is_refused_before_it_joins():
+    """Worker.memory_manager.memory_limit / memory_pause_fraction and
+    Worker.monitor.get_process_memory(): what Dask's pause decision reads."""
+    from hpcfutures import ConfigurationError
+
+    async def scenario() -> None:
+        async with live(workers=0) as cluster:
+            small = _dask.WorkerService(cluster.service.address, name="rank-2", nthreads=1,
+                                        memory_limit="50MiB", host="127.0.0.1",
+                                        interface=None, timeout=10)
+            with seam("WorkerMemoryManager.memory_limit/memory_pause_fraction, "
+                      "SystemMonitor.get_process_memory"), \
+                    pytest.raises(ConfigurationError, match=r"memory_limit=50\.0 MiB is too "
+                                                            r"small for a worker"):
+                await small.join()
+            assert not cluster.scheduler.workers
+            with dask.config.set({"distributed.worker.memory.pause": False}):
+                unpaused = _dask.WorkerService(cluster.service.address, name="rank-3",
+                                               nthreads=1, memory_limit="50MiB",
+                                               host="127.0.0.1", interface=None, timeout=10)
+                unpaused._refuse_a_limit_it_already_crosses()  # never paused: no hang
+
+    run(scenario())
+
+
+# ------------------------------------------------------- lost and frozen workers
+def test_a_worker_tells_its_host_name_and_the_client_reads_it():
+    """Worker(startup_information=...) lands in the scheduler's identity of the worker
+    (WorkerState.extra), where the client's roster reads the host of a worker that left."""
+    import socket
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            (worker,) = cluster.workers
+            with seam("Worker(startup_information=) -> WorkerState.extra -> identity"):
+                places = await _dask.worker_places(cluster.client)
+            assert places == {cluster.address_of(worker): _dask.WorkerPlace(
+                "rank-2", socket.gethostname())}, places
+
+    run(scenario())
+
+
+def test_timings_are_set_unless_the_user_set_them():
+    """dask.config.defaults holds what Dask ships, to tell a user's value from it."""
+    from hpcfutures._dask import tuning
+
+    key = "distributed.comm.timeouts.tcp"
+    with seam("dask.config.defaults"):
+        shipped = tuning._dask_default(key)
+    assert shipped == "30s", f"Dask's default {key} is now {shipped}: revisit tuning.SETTINGS"
+    with dask.config.set({key: shipped}):
+        tuning.apply()
+        assert dask.config.get(key) == tuning.SETTINGS[key]
+    with dask.config.set({key: "45s"}):
+        tuning.apply()
+        assert dask.config.get(key) == "45s"

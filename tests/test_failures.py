@@ -38,18 +38,20 @@ def launcher(request):
 
 
 class Launch:
-    def __init__(self, launcher: str, n: int, job: str, env: dict | None = None):
+    def __init__(self, launcher: str, n: int, job: str, env: dict | None = None,
+                 args: tuple[str, ...] = ()):
         self.marker = uuid.uuid4().hex
         self.launcher = launcher
         self.name = f"hpcf-fail-{self.marker[:10]}"
         if launcher == "srun":
-            command = ["srun", f"-n{n}", "-J", self.name, sys.executable, str(JOBS / job)]
+            command = ["srun", f"-n{n}", "-J", self.name, sys.executable, str(JOBS / job),
+                       *args]
         elif launcher == "mpiexec":
-            command = ["mpiexec", "-n", str(n), sys.executable, str(JOBS / job)]
+            command = ["mpiexec", "-n", str(n), sys.executable, str(JOBS / job), *args]
             env = {**MPI_LOOPBACK, **(env or {})}
         else:
             command = [sys.executable, "-m", "hpcfutures", "run", "-n", str(n),
-                       sys.executable, str(JOBS / job)]
+                       sys.executable, str(JOBS / job), *args]
         self.process = subprocess.Popen(
             command, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: self.marker,
@@ -163,3 +165,28 @@ def test_sigterm_to_mpiexec_stops_every_rank():
     record_failure_time("SIGTERM to the launch", "mpiexec", elapsed)
     assert code != 0
     assert elapsed < 10, f"{elapsed:.1f} s"
+
+
+#: How long the frozen worker stays stopped (Dask's worker TTL is 5 minutes).
+FROZEN = 60
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_frozen_for_a_minute_then_resumed_nothing_hangs(launcher):
+    """SIGSTOP, a minute, SIGCONT: the worker is waited for, not dropped, and the map,
+    the launch and its status end as if nothing had happened."""
+    launch = Launch(launcher, 4, "checked_map_job.py", args=("400", "0.1"))
+    launch.out.wait_for("STARTED", 90)
+    frozen = rank_pid(launch.marker, 2, RANK_VARS[launcher])
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        time.sleep(FROZEN)  # the fault itself: a minute without a sign of life
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    resumed = time.monotonic()
+    code, out, err = launch.finish(timeout=90)
+    record_failure_time("a worker frozen for 60 s (SIGSTOP), then resumed: map ends",
+                        launcher, time.monotonic() - resumed)
+    assert "RESULTS OK 400" in out, (out, err)
+    assert code == 0, (out, err)
+    assert "left the launch" not in err and "Traceback" not in err, err

@@ -254,6 +254,42 @@ def test_stopping_a_launch_mid_map_leaves_no_dask_cancellation_noise(launcher, s
     assert code != 0, launch
 
 
+# ------------------------------------------- 7. a signal while map reads its items
+def stop(launch: Launch, signum: int) -> None:
+    """Send ``signum`` the way a user would: Ctrl-C to the terminal's process group,
+    SIGTERM to the launcher (srun: ``scancel --signal``, to every task)."""
+    if launch.launcher == "srun":
+        subprocess.run(["scancel", "--signal", signal.Signals(signum).name.removeprefix("SIG"),
+                        "--name", launch.name], capture_output=True, timeout=30)
+    elif signum == signal.SIGINT:
+        os.killpg(launch.process.pid, signum)
+    else:
+        launch.process.send_signal(signum)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("source", ["endless", "slow"])
+def test_a_signal_ends_a_map_while_it_reads_its_items(launcher, source, signum, launches):
+    """``map(f, itertools.count())`` reads its items in C: the signal could land only
+    in a garbage-collector callback, which dropped it (and the next SIGTERM was
+    ignored); ``slow``: a Python generator."""
+    launch = launches(launcher, 4, "endless_map_job.py", source)
+    launch.out.wait_for("STARTED", 90)
+    stop(launch, signum)
+    stopped = time.monotonic()
+    code = launch.finish(30)
+    took = time.monotonic() - stopped
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    record_failure_time(f"{name} while map reads an endless iterable: launch ends", launcher,
+                        took)
+    output = launch.out.rest() + launch.err.rest()
+    assert took < 10, f"{took:.1f} s\n{launch}"
+    assert code in {128 + signum, -signum}, launch
+    assert "Exception ignored" not in output and "MemoryError" not in output, launch
+    assert "distributed." not in output and "CancelledError" not in output, launch
+
+
 # ------------------------------------------------- 8. a worker that cannot start
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("setting", ["interface", "preload"])

@@ -104,3 +104,29 @@ def test_under_mpiexec():
     require(have_command("mpiexec"), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
     check(run_job(["mpiexec", "-n", "4", sys.executable, JOBS / "memory_job.py"],
                   env={**LIMIT_ENV, **MPI_LOOPBACK}), "mpiexec")
+
+
+# ------------------------------------------- a limit the worker itself nearly fills
+#: Below what a worker process uses before running anything (about 60 MiB).
+TOO_SMALL = {"HPCFUTURES_MEMORY_LIMIT": "50MiB", "HPCFUTURES_HOST": "127.0.0.1"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher", ["laptop", "run", "srun"])
+def test_a_limit_the_worker_itself_fills_is_a_clear_error_not_a_hang(launcher):
+    """Dask pauses a worker above 80 % of its limit: one that starts there would never
+    run a task, and the launch waited forever."""
+    if launcher == "srun":
+        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    command = {"laptop": [sys.executable, JOBS / "short_job.py"],
+               "run": [sys.executable, "-m", "hpcfutures", "run", "-n", "3", sys.executable,
+                       JOBS / "short_job.py"],
+               "srun": ["srun", "-n3", sys.executable, JOBS / "short_job.py"]}[launcher]
+    job = run_job(command, env={**TOO_SMALL, "HPCFUTURES_MAX_WORKERS": "2"}, timeout=90)
+    record_failure_time("memory_limit below what a worker uses: every rank ends, saying why",
+                        launcher, job.seconds)
+    assert job.returncode != 0 and "CLIENT DONE" not in job.stdout, job
+    assert "failed to start: ConfigurationError: memory_limit=50.0 MiB is too small for a " \
+           "worker: the worker itself uses" in job.stderr, job
+    assert "LauncherError: no worker could start, so the launch ends" in job.stderr, job
+    assert job.seconds < 30, job

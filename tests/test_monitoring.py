@@ -429,3 +429,28 @@ def test_a_dead_scheduler_is_named_with_its_log_file(tmp_path):
     assert f"hpcfutures run: rank 0 (scheduler) failed first, killed by SIGKILL; read {log}" in err
     assert_no_leftovers(marker)
 
+
+
+def test_dask_noise_of_a_lost_worker_is_dropped_the_client_and_worker_say_it():
+    """The client names a lost worker and says its tasks run again; the lost worker
+    says in one line that it lost the scheduler: Dask's versions add nothing."""
+    import logging
+
+    from hpcfutures._support.logs import quiet_dask_logging
+
+    quiet_dask_logging({})
+
+    def shown(name: str, message: str) -> bool:
+        logger = logging.getLogger(name)
+        record = logger.makeRecord(name, logging.WARNING, "x", 1, message, (), None)
+        return all(f.filter(record) for f in logger.filters)
+
+    assert not shown("distributed.scheduler",
+                     "Removing worker 'tls://10.77.0.13:36747' caused the cluster to lose "
+                     "already computed task(s), which will be recomputed elsewhere: {'a'}")
+    assert not shown("distributed.worker", "Failed to communicate with scheduler during "
+                                           "heartbeat.")
+    assert not shown("distributed.scheduler", "Workers ['tls://127.0.0.1:39565'] do not use a "
+                     "nanny and will be terminated without restarting them")
+    assert shown("distributed.scheduler", "Worker failed to heartbeat for 20s; removing: <W>")
+    assert shown("distributed.worker", "Worker is at 90% memory usage. Pausing worker.")

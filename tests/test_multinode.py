@@ -35,8 +35,10 @@ from helpers import (
     listening,
     outsider_refused,
     processes_with_marker,
+    record_failure_time,
     require,
     run_job,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slurm]
@@ -243,6 +245,64 @@ def node_of(pid: int) -> str:
     """The node (mn1..mn3) a job step's process runs on, from its environment."""
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return next(v.decode().split("=", 1)[1] for v in environ if v.startswith(b"SLURMD_NODENAME="))
+
+
+# ----------------------------------------------------------- a node that drops off
+#: Seconds within which the client names a node gone from the network: Dask notices
+#: in about 20 s (hpcfutures' comm timeout, see hpcfutures/_dask/tuning.py), the
+#: client's watch within a second of that; the rest is room for a loaded machine.
+LOSS_NOTICED = 30
+#: The host's side of each node's link (ci/slurm-multinode-up.sh).
+LINK = {node: f"hpcfmn{number}" for number, node in enumerate(NODES, 1)}
+
+
+@pytest.fixture
+def links():
+    """Take nodes off the network (their link down, as if unplugged); every link is up
+    again after the test, whatever happened, and the cluster answers again."""
+    require(os.geteuid() == 0 and have_command("ip"), "root, to set a node's link down")
+    cut: list[str] = []
+
+    def down(node: str) -> None:
+        cut.append(node)
+        subprocess.run(["ip", "link", "set", LINK[node], "down"], check=True, timeout=10)
+
+    def up() -> None:
+        while cut:
+            subprocess.run(["ip", "link", "set", LINK[cut.pop()], "up"], check=True, timeout=10)
+
+    try:
+        yield down, up
+    finally:
+        up()
+        wait_until(multinode_is_up, 90, "the 3-node cluster answering again", cap=1)
+
+
+@pytest.mark.timeout(300)
+def test_a_node_lost_mid_map_is_named_and_its_work_redone_elsewhere(env, links):
+    """srun -N 3 -n 6: the workers are ranks 2-3 on mn2 and 4-5 on mn3; mn3's link
+    goes down in the middle of a map, and comes back once the client has named it."""
+    down, up = links
+    with LiveJob(["srun", "-N3", "-n6", "-t", "5", "python3", str(JOBS / "checked_map_job.py"),
+                  "300", "0.2"], env) as live:
+        live.wait_for("STARTED", timeout=150)
+        ranks = wait_for_ranks(live.marker, lambda ranks: {4, 5} <= ranks, 10)
+        assert ranks[4] == ranks[5] == "mn3", ranks
+        down("mn3")
+        cut = time.monotonic()
+        for rank in (4, 5):
+            live.wait_for(f"rank {rank} (worker) left the launch before the end (on mn3;",
+                          timeout=LOSS_NOTICED + 30)
+        noticed = time.monotonic() - cut
+        up()
+        record_failure_time("a node drops off the network mid-map: the client names it",
+                            "srun", noticed)
+        assert noticed <= LOSS_NOTICED, f"{noticed:.1f} s\n{live}"
+        code = live.wait(timeout=120)
+        assert "RESULTS OK 300 from mn2" in live.text(), live
+        # Every result came back, yet srun reports the node's loss: its ranks exit 1.
+        assert code == 1, live
+        assert "Traceback" not in live.text(), live
 
 
 # ------------------------------------------------------- choosing the address

@@ -38,6 +38,7 @@ from .client import (
 from .cluster import (
     DashboardFacts,
     WorkerFacts,
+    WorkerPlace,
     ask_workers,
     cluster_size,
     dashboard_facts,
@@ -45,6 +46,7 @@ from .cluster import (
     total_threads,
     worker_facts,
     worker_names,
+    worker_places,
 )
 from .initializer import register_initializer
 from .scheduler import Coordinator, SchedulerService
@@ -59,6 +61,7 @@ __all__ = [
     "SchedulerService",
     "UsageReport",
     "WorkerFacts",
+    "WorkerPlace",
     "WorkerService",
     "WorkerUsage",
     "ask_workers",
@@ -82,4 +85,5 @@ __all__ = [
     "wait_for_workers",
     "worker_facts",
     "worker_names",
+    "worker_places",
 ]

@@ -23,6 +23,8 @@ STARTUP_FAILED_OP = "hpcfutures_startup_failed"
 AWAIT_WORKERS_OP = "hpcfutures_await_workers"
 #: Event topic on which the scheduler passes such a failure on to the client.
 STARTUP_TOPIC = "hpcfutures-startup"
+#: A worker's host name, in its startup information (the scheduler's identity of it).
+HOST_KEY = "hpcfutures_host"
 #: Where the dashboard listens when asked for without an address.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
 #: Exit status of the other ranks when the client failed or vanished.

@@ -19,6 +19,7 @@ from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
 
 from .._errors import LauncherError
+from . import tuning
 from ._common import (
     AWAIT_WORKERS_OP,
     CLUSTER_TOPIC,
@@ -138,6 +139,7 @@ async def connect_client(address: str, timeout: float,
     # advice to scatter it or load it with Dask is not the user's to act on.
     warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning,
                             module="distributed.client")
+    tuning.apply()
     client: Client = await Client(
         address,
         asynchronous=True,

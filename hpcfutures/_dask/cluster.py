@@ -17,12 +17,12 @@ from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from distributed import Client, Scheduler
 
-from ._common import RELEASED_OP, scheduler_rpc
+from ._common import HOST_KEY, RELEASED_OP, scheduler_rpc
 
 __all__ = [
-    "DashboardFacts", "WorkerFacts", "ask_workers", "cluster_size", "dashboard_facts",
-    "dashboard_facts_here", "released_workers", "total_threads", "worker_facts",
-    "worker_names",
+    "DashboardFacts", "WorkerFacts", "WorkerPlace", "ask_workers", "cluster_size",
+    "dashboard_facts", "dashboard_facts_here", "released_workers", "total_threads",
+    "worker_facts", "worker_names", "worker_places",
 ]
 
 T = TypeVar("T")
@@ -40,6 +40,19 @@ class WorkerFacts(NamedTuple):
     name: str
     threads: int
     memory_limit: int | None
+
+
+class WorkerPlace(NamedTuple):
+    """Who a worker is and where it runs.
+
+    Attributes:
+        name: The worker's Dask name (``rank-N`` inside a launch).
+        host: Its host's name, as the worker gave it, else the host of its address;
+            None if the scheduler said neither.
+    """
+
+    name: str
+    host: str | None
 
 
 class DashboardFacts(TypedDict):
@@ -85,6 +98,12 @@ async def worker_facts(client: Client) -> dict[str, WorkerFacts]:
 async def worker_names(client: Client) -> dict[str, str]:
     """Every connected worker's name, by address."""
     return {address: str(info["name"])
+            for address, info in (await _workers_identity(client)).items()}
+
+
+async def worker_places(client: Client) -> dict[str, WorkerPlace]:
+    """Every connected worker's name and host, by address."""
+    return {address: WorkerPlace(str(info["name"]), info.get(HOST_KEY) or info.get("host"))
             for address, info in (await _workers_identity(client)).items()}
 
 

@@ -13,6 +13,7 @@ from distributed import Scheduler, Security
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from .._support.logs import quiet_for_shutdown
+from . import tuning
 from ._common import (
     AWAIT_WORKERS_OP,
     CLUSTER_TOPIC,
@@ -222,6 +223,7 @@ class SchedulerService:
                  security: Security | None = None, keep_serving: bool = False,
                  dashboard: bool = False, dashboard_address: str | None = None,
                  expected_workers: int | None = None) -> None:
+        tuning.apply()
         self.coordinator = Coordinator(keep_serving, expected_workers)
         self._options: dict[str, Any] = dict(
             host=host,

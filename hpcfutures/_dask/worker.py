@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 from distributed import Security, Worker
 
+from .._errors import ConfigurationError
 from .._remote import memory
 from .._support.logs import quiet_for_shutdown
-from ._common import CLOSE_TIMEOUT, VERDICT_OP, _hurry
+from . import tuning
+from ._common import CLOSE_TIMEOUT, HOST_KEY, VERDICT_OP, _hurry
 
 __all__ = ["WorkerService", "run_worker", "startup_error"]
 
 logger = logging.getLogger("hpcfutures")
+
+
+#: Bytes a worker's memory grows by as it joins (connections, threads): about 3 MiB
+#: measured; four times that, so that a worker checked just below Dask's pause
+#: threshold does not cross it once connected.
+JOINING_GROWTH = 16 * 2**20
 
 
 class _Worker(Worker):
@@ -32,6 +41,10 @@ class _Worker(Worker):
         return
 
 
+def _hostname(worker: Worker) -> str:
+    return socket.gethostname()
+
+
 class WorkerService:
     """A Dask worker in this process: :meth:`join` the scheduler, then :meth:`serve`."""
 
@@ -42,6 +55,7 @@ class WorkerService:
         self.name, self.address = name, address
         self.verdict: int | None = None
         self._closed = asyncio.Event()
+        tuning.apply()
         self._worker: Worker = _Worker(
             address,
             name=name,
@@ -55,6 +69,9 @@ class WorkerService:
             protocol="tls" if security is not None else None,
             resources=resources,
             validate=False,
+            # The scheduler lists it with the worker (its identity), for the client's
+            # word on a worker that left: a host name, where Dask has only an address.
+            startup_information={HOST_KEY: _hostname},
         )
         self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
         self._worker.stream_handlers["close"] = self.close
@@ -67,10 +84,32 @@ class WorkerService:
 
     async def join(self) -> None:
         """Start the worker and register with the scheduler (raises if that fails)."""
+        self._refuse_a_limit_it_already_crosses()
         await self._worker
         _hurry(self._worker.batched_stream)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
         memory.enforce(self._worker.memory_manager.memory_limit)
+
+    def _refuse_a_limit_it_already_crosses(self) -> None:
+        """A memory limit the worker itself nearly fills is an error, not a silent hang.
+
+        Dask pauses a worker whose process uses more than ``memory.pause`` (80 %)
+        of its limit, until its memory goes down again: a worker that starts
+        there would run no task, ever, and the client would wait for it forever
+        (about 60 MiB of a worker's own; a limit of 100 MiB works).
+        """
+        manager = self._worker.memory_manager
+        limit, pause = manager.memory_limit, manager.memory_pause_fraction
+        if not limit or pause is False:
+            return
+        in_use = self._worker.monitor.get_process_memory()
+        if in_use + JOINING_GROWTH >= pause * limit:
+            raise ConfigurationError(
+                f"memory_limit={memory.size(limit)} is too small for a worker: the worker "
+                f"itself uses {memory.size(in_use)} before running anything, and Dask pauses "
+                f"a worker above {pause:.0%} of its limit, so it could never run a task. Give "
+                "each worker more memory (memory_limit=, HPCFUTURES_MEMORY_LIMIT or the job's "
+                "memory request), or fewer workers per node")
 
     async def close(self, reason: str = "scheduler-close", **_: Any) -> None:
         """Close now, without waiting for running tasks.

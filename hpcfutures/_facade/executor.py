@@ -216,7 +216,7 @@ class Executor(cf.Executor):
             raise ValueError("chunksize must be >= 1.")
         mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
-        items = list(zip(*iterables, strict=False))
+        items = _argument_tuples(iterables)
         with self._lock:
             bridge = self._usable_bridge()
             bar = None if mode == "off" else open_bar(mode, len(items), fn)
@@ -250,6 +250,23 @@ class Executor(cf.Executor):
         is then RUNNING); those finish.
         """
         self._closer.close(0, wait=wait, cancel_futures=cancel_futures)
+
+
+def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]]:
+    """Every call's arguments, read in a loop of Python code, not by ``list(zip(...))``.
+
+    Inside one C call that consumes a C iterator (``itertools.count()``, a
+    long ``range``) no bytecode of this frame runs, so a signal's handler
+    (SIGTERM's SystemExit, Ctrl-C's KeyboardInterrupt) could run only inside
+    Python code the garbage collector calls meanwhile, where its exception is
+    dropped: the map went on, and the signal was lost.  In this loop it lands
+    here and ends the map.
+    """
+    items: list[tuple[Any, ...]] = []
+    append = items.append
+    for arguments in zip(*iterables, strict=False):
+        append(arguments)
+    return items
 
 
 class LocalExecutor(Executor):

@@ -35,6 +35,7 @@ class WorkerRoster:
 
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}  # address -> name
+        self.hosts: dict[str, str] = {}  # name -> host, once seen
         self.lost: list[str] = []
         #: name -> (who, where to look); the client side knows how ranks name their logs.
         self.pointer: Callable[[str], tuple[str, str]] = _by_name
@@ -45,9 +46,11 @@ class WorkerRoster:
         from .. import _dask
 
         try:
-            now = await asyncio.wait_for(_dask.worker_names(client), 5)
+            places = await asyncio.wait_for(_dask.worker_places(client), 5)
         except Exception:  # the scheduler is gone: the bridge says so
             return
+        now = {address: place.name for address, place in places.items()}
+        self.hosts.update((place.name, place.host) for place in places.values() if place.host)
         gone = [name for address, name in self.seen.items() if address not in now]
         self.seen = now
         if ending() or not gone:
@@ -58,16 +61,24 @@ class WorkerRoster:
         for name in gone:
             who, where = self.pointer(name)
             self.lost.append(name)
-            logger.warning("%s left the launch before the end (its unfinished tasks run again "
-                           "on the other workers); %s", who, where)
+            host = self.hosts.get(name)
+            on = f"on {host}; " if host else ""
+            logger.warning("%s left the launch before the end (%sits unfinished tasks run "
+                           "again on the other workers); %s", who, on, where)
 
     def describe_lost(self) -> str:
         """The lost workers and where to read about them, for an error message."""
         if not self.lost:
             return "see the workers' output"
-        named = ["{}: {}".format(*self.pointer(name)) for name in self.lost[:NAMED]]
+        named = [self._describe(name) for name in self.lost[:NAMED]]
         more = len(self.lost) - len(named)
         return "lost " + "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+
+    def _describe(self, name: str) -> str:
+        """``rank 4 (worker) on node17: read ...`` for the worker named ``name``."""
+        who, where = self.pointer(name)
+        host = self.hosts.get(name)
+        return f"{who} on {host}: {where}" if host else f"{who}: {where}"
 
 
 async def _released(client: Client) -> set[str]:

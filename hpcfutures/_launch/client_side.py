@@ -19,7 +19,6 @@ import logging
 import re
 import signal
 import sys
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -27,6 +26,7 @@ from .._errors import HPCFuturesError, StartupTimeoutError
 from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
 from .._support.loop import LoopThread
+from .._support.signals import StopSignals
 from ..launchers import SchedulerInfo
 from ..launchers._identity import SCHEDULER_RANK, minimum_size
 from ..launchers.local import available_cores
@@ -92,7 +92,7 @@ class ClientSide:
         self.local_workers: Any = None
         self.bridge: ClientBridge | None = None
         self.credentials: dict[str, str] = {}
-        self._previous_sigterm: Any = None
+        self._signals: StopSignals | None = None
         #: The end-of-run summary's client tally and scheduler ledger (summary=True).
         self.tally: Any = None
         self._ledger: str | None = None
@@ -227,27 +227,25 @@ class ClientSide:
 
     # ------------------------------------------------------------------ signals
     def _catch_sigterm(self) -> None:
-        """Turn SIGTERM (scancel, time limit) into a clean exit through ``__exit__``."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return  # the user has their own handler
-        self._previous_sigterm = signal.SIG_DFL
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        """Turn SIGTERM (scancel, time limit) into a clean exit through ``__exit__``,
+        and make sure no SIGTERM or Ctrl-C is lost on the way (see StopSignals)."""
+        self._signals = StopSignals(self._on_sigterm)
+        self._signals.install()
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
+    def _on_sigterm(self, signum: int) -> None:
         # The whole launch is being stopped: the scheduler vanishing next is
         # part of that, not a broken executor worth an error of its own (the
         # futures still fail, so nothing waits for them).
         if self.bridge is not None:
             self.bridge.stopped_by_signal = True
-        _raise_system_exit(signum, frame)
+        # Say why the client stops: otherwise the user sees only an exit status.
+        logger.warning("the client received %s (scancel, the job's time limit, or kill): "
+                       "cancelling its tasks and ending the launch", signal.Signals(signum).name)
 
     def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+        if self._signals is not None:
+            self._signals.uninstall()
+            self._signals = None
 
     # ------------------------------------------------------------------ reports
     def _attach_reports(self, _dask) -> None:
@@ -335,13 +333,3 @@ def _worker_pointer(launch_id: str, log_dir: str | None, name: str) -> tuple[str
         return f"worker {name}", "see its output"
     rank = int(match.group(1))
     return f"rank {rank} (worker)", where_to_read(rank, "worker", launch_id, log_dir=log_dir)
-
-
-def _raise_system_exit(signum: int, frame: Any) -> None:
-    # Once only: Slurm's time limit sends SIGTERM twice, and a second SystemExit
-    # would abort the orderly shutdown the first one started (then SIGKILL).
-    signal.signal(signum, signal.SIG_IGN)
-    # Say why the client stops: otherwise the user sees only an exit status.
-    logger.warning("the client received %s (scancel, the job's time limit, or kill): "
-                   "cancelling its tasks and ending the launch", signal.Signals(signum).name)
-    raise SystemExit(128 + signum)

@@ -70,6 +70,11 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     if not joined:
         return 0
     status = await service.serve(stop)
+    if status is None and not stop.is_set():
+        logger.warning("rank %d (worker) lost the scheduler at %s before the launch ended (it "
+                       "died, this node lost the network, or this worker was silent for too "
+                       "long and was dropped): leaving with exit status %d",
+                       identity.rank, info.address, _dask.EXIT_FAILED)
     if status is None:
         return 143 if stop.is_set() else _dask.EXIT_FAILED
     return status

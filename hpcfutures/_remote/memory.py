@@ -23,7 +23,7 @@ import resource
 
 from .._errors import TaskMemoryError
 
-__all__ = ["enforce", "explain", "limit_in_force"]
+__all__ = ["enforce", "explain", "limit_in_force", "size"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -60,7 +60,7 @@ def enforce(limit: int | None) -> int | None:
         logger.warning(
             "memory_limit=%s is below what this worker already uses (%s); not enforcing "
             "it. Give each worker more memory (memory_limit=, HPCFUTURES_MEMORY_LIMIT or "
-            "the job's memory request)", _size(limit), _size(in_use))
+            "the job's memory request)", size(limit), size(in_use))
         return None
     _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:
@@ -68,7 +68,7 @@ def enforce(limit: int | None) -> int | None:
     try:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     except (ValueError, OSError) as err:
-        logger.warning("could not enforce memory_limit=%s: %s", _size(limit), err)
+        logger.warning("could not enforce memory_limit=%s: %s", size(limit), err)
         return None
     _limit = limit
     return limit
@@ -86,14 +86,15 @@ def explain(exc: BaseException) -> BaseException:
     detail = f" ({type(exc).__name__}: {exc})" if str(exc) else ""
     return TaskMemoryError(
         f"the task ran out of memory: it would have taken its worker past the worker's "
-        f"memory limit of {_size(_limit)}{detail}. Each worker gets memory_limit= "
+        f"memory limit of {size(_limit)}{detail}. Each worker gets memory_limit= "
         "(HPCFUTURES_MEMORY_LIMIT), or its share of the job's memory request; ask for "
         "more memory per worker (fewer workers per node, a larger --mem), fewer threads "
         "per worker, or make the task smaller. The worker is fine and keeps running tasks."
     )
 
 
-def _size(n: int) -> str:
+def size(n: int) -> str:
+    """``n`` bytes for people: ``700.0 MiB``."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"

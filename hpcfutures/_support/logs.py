@@ -27,8 +27,14 @@ _DASK_LOGGERS = ("distributed", "tornado")
 #: user gets anyway, or that only say that the launch is being stopped (Ctrl-C,
 #: SIGTERM, scancel, the time limit: the client says what happened): a worker
 #: closing while it runs tasks, a peer that hung up in the middle of a TLS handshake.
+#: A lost worker, too: the client names it and says that its tasks run again, and
+#: the worker says in one line that it lost the scheduler (not a traceback).
 _DUPLICATES = {
-    "distributed.worker": re.compile("Compute Failed"),
+    "distributed.worker": re.compile(
+        "Compute Failed|Failed to communicate with scheduler during heartbeat"),
+    "distributed.scheduler": re.compile(
+        r"Removing worker .* caused the cluster to lose already computed task"
+        r"|Workers .* do not use a nanny and will be terminated without restarting", re.S),
     "distributed.protocol.pickle": re.compile("Failed to serialize"),
     "distributed.worker.state_machine": re.compile(
         r"Async instruction for .* ended with CancelledError$", re.S),

@@ -1,0 +1,54 @@
+"""Dask's timing settings in a launch: how soon a lost or frozen worker is noticed.
+
+The one place that sets Dask configuration for hpcfutures.  Every role applies
+it in its own process before its Dask piece starts (:func:`apply`); a setting
+the user gave (Dask's config file, ``DASK_*`` variables) is kept.
+
+A node that drops off the network says nothing: no connection is closed,
+nothing is refused.  The kernel notices on each TCP connection to it, once
+data sent there stays unacknowledged, or keep-alive probes go unanswered, for
+``distributed.comm.timeouts.tcp`` (Dask sets both from it); Dask then closes
+the connection, and the scheduler removes the worker and runs its tasks
+again elsewhere.  A worker whose process is frozen (SIGSTOP, a debugger, a
+node swapping hard) keeps its connections (its kernel still acknowledges
+what arrives) but sends no heartbeats: the scheduler removes it once it has
+been silent for ``distributed.scheduler.worker-ttl``, checked that often, so
+between one and two TTLs after it froze.  A task that holds the GIL does not
+stop heartbeats (they run on the worker's event loop between the task's
+bytecodes, or while it waits in C code that releases the GIL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.config
+
+__all__ = ["SETTINGS", "apply"]
+
+#: hpcfutures' values, and why (Dask's defaults in brackets).
+SETTINGS: dict[str, Any] = {
+    # [30 s] A node gone from the network is noticed this long after its
+    # last answer (an idle connection: 10 s of silence, then ten keep-alive
+    # probes a second apart), so within about 20 s.  Long enough for a
+    # congested link or a switch's failover; a busy or frozen process does
+    # not count, since its kernel keeps answering.
+    "distributed.comm.timeouts.tcp": "20s",
+}
+#: ``distributed.scheduler.worker-ttl`` stays at Dask's 5 minutes: the only
+#: cost of a long TTL is the wait for a frozen worker, and a shorter one
+#: would drop a worker whose task holds the GIL for minutes (a long regular
+#: expression match, some C extensions), then the next worker that runs it.
+
+
+def _dask_default(key: str) -> Any:
+    """The value Dask ships for ``key`` (before any user configuration)."""
+    return dask.config.get(key, config=dask.config.merge(*dask.config.defaults))
+
+
+def apply() -> None:
+    """Set :data:`SETTINGS` in this process, except those the user has set."""
+    ours = {key: value for key, value in SETTINGS.items()
+            if dask.config.get(key, None) == _dask_default(key)}
+    if ours:
+        dask.config.set(ours)

@@ -1,0 +1,108 @@
+"""SIGTERM and Ctrl-C in the client's main thread: raised where they land, never lost.
+
+Python runs a signal's handler in the main thread, between two bytecodes of
+whatever Python code runs there at the time.  That may be code whose
+exceptions Python cannot propagate: a garbage-collector callback (Dask
+registers one), a ``__del__`` method, a weakref callback.  The handler's
+:class:`SystemExit` (or Ctrl-C's :class:`KeyboardInterrupt`) is then printed
+as "Exception ignored in ..." and dropped, and the program goes on as if no
+signal had come.  Python reports each such drop to ``sys.unraisablehook``;
+:class:`StopSignals` watches it and delivers a dropped stop again a moment
+later, from another thread, once the main thread has left the code that
+dropped it.  (Delivered at once, the handler would run in the hook itself,
+still inside that code, and be dropped again.)
+
+SIGTERM is raised as ``SystemExit(143)`` once: Slurm's time limit sends it
+twice, and a second one would cut short the orderly end the first began.
+Only a first one that was dropped is raised again.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["StopSignals"]
+
+
+class StopSignals:
+    """While installed: SIGTERM raises ``SystemExit(128 + SIGTERM)`` in the main thread,
+    and a SIGTERM or Ctrl-C whose exception Python dropped is delivered again.
+
+    Args:
+        on_stop: Called with the signal number before SIGTERM's ``SystemExit`` is first
+            raised (to say why the client stops).
+    """
+
+    def __init__(self, on_stop: Callable[[int], object]) -> None:
+        self._on_stop = on_stop
+        self._installed = False
+        self._previous_hook: Callable[[Any], object] | None = None
+        #: The SystemExit raised for SIGTERM and not dropped: the end is under way.
+        self._raised: SystemExit | None = None
+        self._told = False
+
+    def install(self) -> bool:
+        """Take SIGTERM over (unless someone else handles it) and watch for dropped stops.
+
+        Main thread only (Python delivers signals there); elsewhere it does nothing.
+        """
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            return False
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return False  # the user has their own handler: theirs to keep
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._on_unraisable
+        self._installed = True
+        return True
+
+    def uninstall(self) -> None:
+        """Give SIGTERM its default back (the launch is ending: a signal now is a kill)."""
+        if not self._installed:
+            return
+        self._installed = False
+        with contextlib.suppress(ValueError):  # not the main thread any more
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if sys.unraisablehook == self._on_unraisable:
+            sys.unraisablehook = self._previous_hook or sys.__unraisablehook__
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._raised is not None:
+            return  # raised already and on its way: the orderly end must not be cut short
+        if not self._told:
+            self._told = True
+            self._on_stop(signum)
+        self._raised = SystemExit(128 + signum)
+        raise self._raised
+
+    def _on_unraisable(self, unraisable: Any) -> None:
+        """Python dropped an exception; if it was a stop, deliver the signal again."""
+        error = unraisable.exc_value
+        if error is not None and error is self._raised:
+            self._raised = None
+            _deliver_again(signal.SIGTERM)
+            return
+        if (isinstance(error, KeyboardInterrupt)
+                and threading.current_thread() is threading.main_thread()):
+            _deliver_again(signal.SIGINT)
+            return
+        (self._previous_hook or sys.__unraisablehook__)(unraisable)
+
+
+#: Seconds after a drop before the signal is delivered again: time for the main
+#: thread to leave the code that dropped it (a collection takes milliseconds).
+AGAIN_AFTER = 0.01
+
+
+def _deliver_again(signum: int) -> None:
+    """Make the main thread handle ``signum`` again, shortly, wherever it is then."""
+    timer = threading.Timer(AGAIN_AFTER, _thread.interrupt_main, (signum,))
+    timer.daemon = True
+    timer.start()
