@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -59,13 +60,21 @@ class Session:
         plan = self._plan = negotiate(self.settings, self.environ)
         self.role = plan.role
         if plan.role in (Role.SCHEDULER, Role.WORKER):
-            from .. import _dask  # noqa: F401  (configures Dask's logging on import)
+            try:
+                from .. import _dask  # noqa: F401  (configures Dask's logging on import)
 
-            quiet_dask_logging(self.environ)
-            configure_rank_logging(plan.identity.rank, plan.role.value,
-                                   plan.identity.launch_id, self.environ,
-                                   log_dir=self.settings.log_dir)
-            self._leave(plan, self._serve(plan))
+                quiet_dask_logging(self.environ)
+                configure_rank_logging(plan.identity.rank, plan.role.value,
+                                       plan.identity.launch_id, self.environ,
+                                       log_dir=self.settings.log_dir)
+                status = self._serve(plan)
+            except KeyboardInterrupt:
+                # Ctrl-C reaches every rank at once.  One still importing Dask
+                # has no handler of its own yet; its traceback (deep inside
+                # Dask's imports) would bury the client's, which is the one
+                # the user needs.  It leaves as an interrupted process does.
+                status = 128 + signal.SIGINT
+            self._leave(plan, status)
             return None
         if plan.role is Role.CLIENT:
             _refuse_second_client(plan)
