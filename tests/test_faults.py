@@ -285,7 +285,13 @@ def test_a_signal_ends_a_map_while_it_reads_its_items(launcher, source, signum, 
                         took)
     output = launch.out.rest() + launch.err.rest()
     assert took < 10, f"{took:.1f} s\n{launch}"
-    assert code in {128 + signum, -signum}, launch
+    stopped_statuses = {128 + signum, -signum}
+    if launcher == "mpiexec":
+        # Hydra forwards the signal to every rank; when the client's MPI_Abort
+        # (status 128+N) wins the race with the other ranks' own exits, Hydra
+        # reports the signal it forwarded (N) rather than the client's status.
+        stopped_statuses.add(signum)
+    assert code in stopped_statuses, launch
     assert "Exception ignored" not in output and "MemoryError" not in output, launch
     assert "distributed." not in output and "CancelledError" not in output, launch
 

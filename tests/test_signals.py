@@ -11,7 +11,10 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
 import sys
+import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -116,3 +119,33 @@ def test_a_handler_of_the_users_own_is_left_alone(told):
         assert not StopSignals(told.append).install()
     finally:
         signal.signal(signal.SIGTERM, mine)
+
+
+def test_a_handler_uninstalled_from_another_thread_gives_way(told):
+    """shutdown(wait=False) ends the launch in a background thread, where Python cannot
+    remove a signal handler: the next executor (or the default) takes SIGTERM back."""
+    first = StopSignals(told.append)
+    assert first.install()
+    remover = threading.Thread(target=first.uninstall)
+    remover.start()
+    remover.join(5)
+    assert signal.getsignal(signal.SIGTERM) == first._on_sigterm  # still there, inert
+    second = StopSignals(told.append)
+    assert second.install(), "a left-over handler must not count as the user's own"
+    second.uninstall()
+
+
+def test_a_sigterm_reaching_a_left_over_handler_acts_as_the_default():
+    code = textwrap.dedent("""
+        import signal, threading, os
+        from hpcfutures._support.signals import StopSignals
+        stops = StopSignals(print)
+        stops.install()
+        t = threading.Thread(target=stops.uninstall); t.start(); t.join()
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("still alive")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
+    assert "still alive" not in done.stdout

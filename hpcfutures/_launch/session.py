@@ -60,6 +60,7 @@ class Session:
         plan = self._plan = negotiate(self.settings, self.environ)
         self.role = plan.role
         if plan.role in (Role.SCHEDULER, Role.WORKER):
+            _leave_quietly_on_sigterm()
             try:
                 from .. import _dask  # noqa: F401  (configures Dask's logging on import)
 
@@ -67,6 +68,7 @@ class Session:
                 configure_rank_logging(plan.identity.rank, plan.role.value,
                                        plan.identity.launch_id, self.environ,
                                        log_dir=self.settings.log_dir)
+                _sigterm_default_again()  # the serving loop routes it from here on
                 status = self._serve(plan)
             except KeyboardInterrupt:
                 # Ctrl-C reaches every rank at once.  One still importing Dask
@@ -74,6 +76,8 @@ class Session:
                 # Dask's imports) would bury the client's, which is the one
                 # the user needs.  It leaves as an interrupted process does.
                 status = 128 + signal.SIGINT
+            except SystemExit as stopped:  # SIGTERM before the rank's own handlers
+                status = stopped.code if isinstance(stopped.code, int) else 1
             self._leave(plan, status)
             return None
         if plan.role is Role.CLIENT:
@@ -122,6 +126,28 @@ class Session:
         # Leave at once: the user's code after the `with` block belongs to the
         # client, and no stray non-daemon thread may keep this rank alive.
         os._exit(status)
+
+
+def _leave_quietly_on_sigterm() -> None:
+    """Until a scheduler or worker rank has its own handlers, SIGTERM ends it with 143.
+
+    A stop (scancel, the time limit, ``kill`` of the launcher) reaches every
+    rank at once; one still importing Dask would otherwise die of the signal,
+    and launchers report that differently from an exit (Hydra: status 15).
+    """
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to do
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _stop_while_starting)
+
+
+def _stop_while_starting(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _sigterm_default_again() -> None:
+    with contextlib.suppress(ValueError):
+        if signal.getsignal(signal.SIGTERM) is _stop_while_starting:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _refuse_second_client(plan: Plan) -> None:

@@ -54,7 +54,8 @@ class StopSignals:
         """
         if self._installed or threading.current_thread() is not threading.main_thread():
             return False
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is not signal.SIG_DFL and not _left_over(current):
             return False  # the user has their own handler: theirs to keep
         signal.signal(signal.SIGTERM, self._on_sigterm)
         self._previous_hook = sys.unraisablehook
@@ -74,6 +75,13 @@ class StopSignals:
             sys.unraisablehook = self._previous_hook or sys.__unraisablehook__
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if not self._installed:
+            # Uninstalled from another thread (an executor shut down with
+            # wait=False ends its launch in the background), where Python
+            # cannot change a handler: act as the default would, and step aside.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
         if self._raised is not None:
             return  # raised already and on its way: the orderly end must not be cut short
         if not self._told:
@@ -94,6 +102,12 @@ class StopSignals:
             _deliver_again(signal.SIGINT)
             return
         (self._previous_hook or sys.__unraisablehook__)(unraisable)
+
+
+def _left_over(handler: object) -> bool:
+    """A handler of a StopSignals that was uninstalled where it could not be removed."""
+    owner = getattr(handler, "__self__", None)
+    return isinstance(owner, StopSignals) and not owner._installed
 
 
 #: Seconds after a drop before the signal is delivered again: time for the main
