@@ -43,6 +43,7 @@ from ._errors import (
     StartupTimeoutError,
     StopTimeoutError,
     TaskMemoryError,
+    WorkerCrashError,
 )
 from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
@@ -77,6 +78,7 @@ __all__ = [
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
+    "WorkerCrashError",
     "connect",
     "stop",
 ]

@@ -8,7 +8,8 @@ from typing import Any
 
 from distributed import Security, Worker
 
-from .._remote import memory
+from .._remote import deathwatch, memory
+from .._remote.calls import location
 from .._support.logs import quiet_for_shutdown
 from ._common import CLOSE_TIMEOUT, VERDICT_OP, _hurry
 
@@ -40,6 +41,7 @@ class WorkerService:
                  interface: str | None, timeout: float, security: Security | None = None,
                  resources: dict[str, float] | None = None) -> None:
         self.name, self.address = name, address
+        self._security = security
         self.verdict: int | None = None
         self._closed = asyncio.Event()
         self._worker: Worker = _Worker(
@@ -71,6 +73,22 @@ class WorkerService:
         _hurry(self._worker.batched_stream)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
         memory.enforce(self._worker.memory_manager.memory_limit)
+        self._watch()
+
+    def _watch(self) -> None:
+        """Start the watcher that reports this worker's death, should a call cause it."""
+        from distributed.worker import thread_state
+
+        security = self._security
+        # The launch's credentials, as make_security() took them (Security's
+        # attributes are made from its keyword arguments).
+        credentials = ({"cert": getattr(security, "tls_ca_file", None),
+                        "key": getattr(security, "tls_client_key", None)}
+                       if security is not None else None)
+        deathwatch.set_key_source(lambda: thread_state.key)
+        deathwatch.start_watcher({"address": self.address, "credentials": credentials,
+                                  "worker": str(self._worker.address), "who": location()},
+                                 keep_fds=deathwatch.launcher_fds())
 
     async def close(self, reason: str = "scheduler-close", **_: Any) -> None:
         """Close now, without waiting for running tasks.
@@ -82,6 +100,7 @@ class WorkerService:
         instruction cancelled) is noise: the worker is leaving on purpose.
         """
         quiet_for_shutdown()
+        deathwatch.goodbye()
         try:
             await asyncio.wait_for(
                 self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
@@ -104,6 +123,7 @@ class WorkerService:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for wait in waits:
             wait.cancel()
+        deathwatch.goodbye()  # leaving: whatever happens next is no call's doing
         if stop is not None and stop.is_set():
             await self.close("hpcfutures: stopped by a signal")
         return self.verdict

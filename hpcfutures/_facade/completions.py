@@ -32,6 +32,9 @@ class Completions:
     def __init__(self, client: Any, lost: Callable[[], None]) -> None:
         self._client = client
         self._lost = lost
+        #: ``recover(dask_future, future, exception)``: whether it takes over a task
+        #: lost with its worker (recovery.py); set by the bridge.
+        self.recover: Callable[[Any, TaskFuture, BaseException], bool] | None = None
         self._ready: list[tuple[Any, TaskFuture]] = []
         self._gathering = False
         #: Tasks running in the background, kept so the loop does not drop them.
@@ -56,6 +59,8 @@ class Completions:
                 self._gathering = True
                 self.in_background(self._gather_ready())
         elif status == "error":
+            if self.recover is not None and self.recover(dask_future, future, exception):
+                return
             settle(future, exception=_as_serialization_error(restore_traceback(exception)))
         elif not future.done():
             self._lost()
