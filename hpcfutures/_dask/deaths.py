@@ -110,12 +110,18 @@ class Deaths:
         self.departed.append(worker)
         self._news.set()
 
-    def none_left(self, present: int, joined: int, failed_to_start: int) -> str | None:
-        """Why no worker can run anything any more, or None while one may."""
+    def none_left(self, present: int, joined: int, failed_to_start: int) -> bool:
+        """Whether no worker can run anything any more."""
         if present or self.capacity is None or joined + failed_to_start < self.capacity:
-            return None
-        if len(self.departed) < joined:
-            return None
+            return False
+        return len(self.departed) >= joined
+
+    async def why_none_left(self, wait: float) -> str:
+        """Each departed worker's cause of death (waiting up to ``wait`` s in all for
+        the certificates still on their way: a watcher takes a second or two)."""
+        deadline = time.monotonic() + wait
+        for worker in self.departed:
+            await self.await_certificate(worker, max(deadline - time.monotonic(), 0.0))
         causes = [summary(self.certificates[w]) if w in self.certificates else
                   f"the worker at {w} was lost" for w in self.departed]
         return "no worker is left, and none can join this launch: " + "; ".join(causes)

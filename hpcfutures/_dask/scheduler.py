@@ -124,9 +124,10 @@ class Coordinator(SchedulerPlugin):
         certificate = (await self.deaths.await_certificate(worker, timeout)) if worker else None
         assert self.scheduler is not None
         present = sum(address != worker for address in self.scheduler.workers)
-        return {"certificate": certificate,
-                "none_left": self.deaths.none_left(present, self.joined,
-                                                   len(self.startup_failures))}
+        none_left = None
+        if self.deaths.none_left(present, self.joined, len(self.startup_failures)):
+            none_left = await self.deaths.why_none_left(timeout)
+        return {"certificate": certificate, "none_left": none_left}
 
     def _startup_failed(self, who: str, why: str) -> str:
         """A worker rank could not start (a setting only it could reject, say)."""

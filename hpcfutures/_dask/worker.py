@@ -39,8 +39,11 @@ class WorkerService:
     def __init__(self, address: str, *, name: str, nthreads: int,
                  memory_limit: str | int | None, host: str | None,
                  interface: str | None, timeout: float, security: Security | None = None,
-                 resources: dict[str, float] | None = None) -> None:
+                 resources: dict[str, float] | None = None, watch: bool = False) -> None:
         self.name, self.address = name, address
+        #: Whether a watcher reports this process's death (only a process that
+        #: is a worker and nothing else: it takes over faulthandler and os._exit).
+        self._watched = watch
         self._security = security
         self.verdict: int | None = None
         self._closed = asyncio.Event()
@@ -73,7 +76,8 @@ class WorkerService:
         _hurry(self._worker.batched_stream)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
         memory.enforce(self._worker.memory_manager.memory_limit)
-        self._watch()
+        if self._watched:
+            self._watch()
 
     def _watch(self) -> None:
         """Start the watcher that reports this worker's death, should a call cause it."""
@@ -179,7 +183,7 @@ async def run_worker(address: str, *, who: str, stop: asyncio.Event | None = Non
     from .client import report_startup_failure
 
     try:
-        service = WorkerService(address, **options)
+        service = WorkerService(address, watch=True, **options)
         await service.join()
     except Exception as err:
         if not await report_startup_failure(address, who, startup_error(err), REPORT_TIMEOUT,
