@@ -346,8 +346,12 @@ def test_a_call_that_kills_its_worker_fails_alone_within_seconds(launcher, mode,
     else:
         # A rank died: the launcher says so (its exit status is not 0).
         assert code != 0, launch
-    if launcher == "run":
-        assert "(worker) failed first" in errors and "__main__.crash" in errors, launch
+    if launcher == "run":  # its verdict names the rank and the call
+        verdict = [line for line in errors.splitlines() if line.startswith("hpcfutures run:")]
+        assert verdict and "(worker) failed first" in verdict[-1], launch
+        assert f"{how} running __main__.crash " in verdict[-1], launch
+    if launcher == "mpiexec":  # the client ends the job with the dead rank's status
+        assert "a call killed a worker rank" in errors, launch
 
 
 @pytest.mark.timeout(180)

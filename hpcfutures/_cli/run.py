@@ -123,7 +123,7 @@ def _death_notes(token: str) -> str | None:
     """A private folder where a worker's watcher notes what the worker died of."""
     from .._remote.watcher import death_notes
 
-    folder = death_notes(launch_id_of(token))
+    folder = death_notes(token)  # as the copies see it (HPCFUTURES_LAUNCH_ID)
     try:
         os.makedirs(os.path.dirname(folder), mode=0o700, exist_ok=True)
         os.mkdir(folder, mode=0o700)
