@@ -67,6 +67,8 @@ def one_crash(ex):
     good = [ex.submit(slow_square, i) for i in range(30)]
     started = time.monotonic()
     bad = ex.submit(crash, MODE)
+    chained = ex.submit(square, good[3])  # an argument that survives: runs
+    dependent = ex.submit(square, bad)  # an argument that crashed: fails with its error
     try:
         bad.result(timeout=60)
     except hpcfutures.WorkerCrashError as err:
@@ -76,6 +78,13 @@ def one_crash(ex):
     else:
         raise AssertionError("the crashing call returned")
     assert [f.result(timeout=60) for f in good] == [i * i for i in range(30)]
+    assert chained.result(timeout=60) == 81
+    try:
+        dependent.result(timeout=60)
+    except hpcfutures.WorkerCrashError as err:
+        assert "__main__.crash " in str(err), err
+    else:
+        raise AssertionError("a call whose argument crashed its worker ran")
     print("OTHERS OK", flush=True)
 
 
