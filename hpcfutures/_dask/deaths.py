@@ -31,6 +31,7 @@ from distributed.core import send_recv
 from distributed.scheduler import KilledWorker
 
 from ._common import make_security, scheduler_rpc
+from .client import Knock, knock
 
 __all__ = [
     "AWAIT_DEATH_OP", "DEATH_OP", "Deaths", "death_certificate", "lost_worker", "report_death",
@@ -60,6 +61,10 @@ async def report_death(address: str, certificate: dict[str, Any], timeout: float
                        credentials: Mapping[str, str] | None = None) -> bool:
     """From a dead worker's watcher: hand the scheduler at ``address`` the certificate."""
     security = make_security(credentials)
+    # One knock first: a scheduler that has gone (the launch ended meanwhile)
+    # refuses at once, where connect() would retry for the whole timeout.
+    if await knock(address, timeout, security) is not Knock.ANSWERED:
+        return False
     args = security.get_connection_args("client") if security is not None else {}
     comm = await connect(address, timeout=timeout, **args)
     try:
