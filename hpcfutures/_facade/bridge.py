@@ -225,7 +225,9 @@ class TaskBridge:
                 workers = await self._live_workers()
             if workers != len(self.roster.seen):
                 await self.roster.refresh(self._client, self._is_closing)
-            if not workers and not self._closing:
+            if not workers and not self._closing and self.outstanding():
+                # Calls wait and no worker can ever come (all died, or were
+                # released as idle): say so now, not after `deadline`.
                 none_left = await self._recovery.none_left()
                 if none_left:
                     self.break_executor(none_left)
