@@ -280,6 +280,14 @@ def test_a_call_whose_argument_was_lost_waits_for_it_then_runs_again_or_fails_wi
     recipe = (run_task, abs, (argument,), {}, True)
     _, resent, _, fake = recover(recipe, key="mine", lost_key="the-arguments-task")
     assert len(resent) == 1 and fake.asked == [], "a dependent's own worker is not asked"
+    picked = TaskFuture()  # done, but the pick of it out of its bundle was lost
+    picked._dask, picked._bundle = DaskFuture("pick-1"), (TaskFuture(), 0)
+    picked._dask.status = "error"
+    picked.set_result(6)
+    _, resent, _, _ = recover((run_task, abs, (picked,), {}, True), key="mine",
+                              lost_key="pick-1")
+    assert len(resent) == 1 and picked._dask is None and picked._bundle is None, (
+        "a dependent sent again with a lost handle of its argument would be lost again")
     failed = TaskFuture()
     failed.set_exception(hpcfutures.WorkerCrashError("its argument crashed"))
     future, resent, _, _ = recover((run_task, abs, (failed,), {}, True), key="mine",

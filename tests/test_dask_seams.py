@@ -590,3 +590,24 @@ def test_a_death_certificate_reaches_the_client_through_the_scheduler():
             assert "no worker is left" in (gone["none_left"] or ""), gone
 
     run(scenario())
+
+
+
+def test_without_retries_the_scheduler_keeps_no_queue():
+    """Scheduler.WORKER_SATURATION = inf (set by SchedulerService without retries):
+    results lost with a worker are computed again at once, not held in Dask's queue
+    until some other task ends."""
+    async def scenario() -> None:
+        async with live(workers=2, retry_lost_tasks=False) as cluster:
+            scheduler = cluster.scheduler
+            with seam("Scheduler.WORKER_SATURATION"):
+                assert math.isinf(scheduler.WORKER_SATURATION)
+            futures = cluster.client.map(nap, [0.01] * 12, pure=False)
+            assert await cluster.client.gather(futures) == [0.01] * 12
+            assert not scheduler.queued, "Dask queued tasks despite WORKER_SATURATION=inf"
+            holder = next(ws for ws in scheduler.workers.values() if ws.has_what)
+            await scheduler.remove_worker(holder.address, stimulus_id="seam-test-lost")
+            again = await asyncio.wait_for(cluster.client.gather(futures), 10)
+            assert again == [0.01] * 12
+
+    run(scenario())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import warnings
 from typing import Any
@@ -260,6 +261,7 @@ class SchedulerService:
             # A task whose worker died comes back to the client at once (KilledWorker),
             # which knows whether the task killed it (see deaths.py).
             self._options["allowed_failures"] = 0
+        self._retry_lost_tasks = retry_lost_tasks
         self._scheduler: Scheduler | None = None
         self._background: list[asyncio.Task[None]] = []
 
@@ -275,6 +277,14 @@ class SchedulerService:
             # dashboard line gives the port in use, so Dask's warning is noise.
             warnings.filterwarnings("ignore", message="Port .* is already in use")
             scheduler = _Scheduler(**self._options)
+        if not self._retry_lost_tasks:
+            # No queue on the scheduler: the client's batching engine already sends
+            # no more than the workers can take.  Dask's queue also holds the
+            # finished results a dead worker took with it, to compute them again,
+            # and looks at it only when a task ends or a worker joins: when the
+            # client waits for just those results, nothing ends, and they waited
+            # until the next worker died (seen in 1 of 5 runs of crash_job.py).
+            scheduler.WORKER_SATURATION = math.inf
         self._scheduler = await scheduler
         return self
 

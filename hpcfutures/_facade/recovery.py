@@ -44,6 +44,8 @@ logger = logging.getLogger("hpcfutures")
 
 #: Times a call runs again after its worker was lost through no fault of its own.
 MAX_LOSSES = 3
+#: States of a Dask future whose value can no longer be had from the cluster.
+_GONE = ("error", "cancelled", "lost")
 #: Seconds the client waits for a dead worker's certificate (its watcher imports
 #: Dask, connects, reports: about a second; a watcher lost with its node never does).
 CERTIFICATE_WAIT = 8.0
@@ -161,7 +163,16 @@ class Recovery:
             if error is not None:
                 settle(future, exception=error)
                 return
-        if not future.done():
+            handle = argument._dask
+            if handle is not None and getattr(handle, "status", None) in _GONE:
+                # Its value is here, but its task on the cluster (or the pick of
+                # it out of a bundle) was lost and is not run again: the value
+                # travels with the call instead.
+                argument._dask = argument._bundle = None
+        future._losses += 1
+        if future._losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
+            settle(future, exception=lost_error(recipe, future._losses, None))
+        elif not future.done():
             self._resend(future, recipe)
 
 

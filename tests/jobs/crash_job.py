@@ -11,6 +11,7 @@ worker; every other result must be right, and the executor usable after
 call, so the executor must break within seconds, saying why.
 """
 
+import concurrent.futures as cf
 import ctypes
 import os
 import sys
@@ -77,8 +78,14 @@ def one_crash(ex):
         print(f"CRASH SEEN in {seconds:.2f} s: {err}", flush=True)
     else:
         raise AssertionError("the crashing call returned")
-    assert [f.result(timeout=60) for f in good] == [i * i for i in range(30)]
-    assert chained.result(timeout=60) == 81
+    _, pending = cf.wait([*good, chained, dependent], timeout=45)
+    for future in pending:  # what it waits for, should it ever hang
+        print(f"STILL PENDING {future} recipe={future._recipe and future._recipe[0].__name__}"
+              f" losses={future._losses} dask={future._dask} bundle={future._bundle}"
+              f" bundle_dask={future._bundle and future._bundle[0]._dask}",
+              flush=True)
+    assert [f.result(timeout=15) for f in good] == [i * i for i in range(30)]
+    assert chained.result(timeout=15) == 81
     try:
         dependent.result(timeout=60)
     except hpcfutures.WorkerCrashError as err:
