@@ -195,6 +195,8 @@ class TaskBridge:
 
     def cluster_changed(self, workers: int, threads: int) -> None:
         """The scheduler's word on the workers and threads present (loop thread)."""
+        if workers < self._workers:
+            self._completions.worker_left()
         self._workers = workers
         self._total_threads = max(1, threads)
 
