@@ -194,8 +194,8 @@ def _report(config: dict[str, Any], cert: dict[str, Any]) -> None:
     try:
         asyncio.run(report_death(config["address"], cert, REPORT_TIMEOUT,
                                  config.get("credentials")))
-    except Exception as err:  # the scheduler is gone too: the launch is over
-        print(f"hpcfutures: could not report the worker's death: {err}", file=sys.stderr)
+    except Exception:  # the scheduler is gone too: the launch is over
+        pass
 
 
 def main() -> None:
@@ -216,10 +216,25 @@ def main() -> None:
     if cert["report"]:
         print(cert["report"], file=sys.stderr, flush=True)
     _leave_note(cert)
+    _let_go_of_output()
     sys.path[:] = config.get("sys_path") or sys.path
     _report(config, cert)
     if cert["culprit"] is not None:
         _finalize_pmi(launcher_fds)
+
+
+def _let_go_of_output() -> None:
+    """Close the worker's output, inherited: its reader (``hpcfutures run``, srun)
+    must not wait for this process to report before it sees the worker's end."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+    except OSError:
+        pass
 
 
 def _close(fds: list[int]) -> None:
