@@ -18,7 +18,8 @@ Map of the package (docs/architecture.rst draws it whole)::
                 (client_side, scheduler_side, worker_side, serving)
     launchers/  plug-ins: who am I (rank, size), where is the scheduler (file, MPI)
     _dask/      the one door to distributed's internals: scheduler, worker, client
-    _remote/    around the user's function on a worker: calls, tracebacks, memory
+    _remote/    around the user's function on a worker: calls, tracebacks, memory,
+                the watcher that reports a worker a call killed
     _support/   config, the sync/async seam, logs, back-off, TLS credentials
     _reports/   the end-of-run summary and the dashboard line
     _cli/       the hpcfutures command (run.py: `hpcfutures run`)
@@ -43,6 +44,7 @@ from ._errors import (
     StartupTimeoutError,
     StopTimeoutError,
     TaskMemoryError,
+    WorkerCrashError,
 )
 from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
@@ -77,6 +79,7 @@ __all__ = [
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
+    "WorkerCrashError",
     "connect",
     "stop",
 ]

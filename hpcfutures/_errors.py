@@ -16,6 +16,8 @@
     ├── SerializationError (TypeError,        a call, its arguments or its result could
     │       pickle.PicklingError)             not be pickled
     ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
+    ├── WorkerCrashError (RuntimeError)       a call killed its worker process (or its
+    │                                         worker was lost too often)
     └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone, or
                                               a worker's initializer raised (its cause)
 
@@ -44,6 +46,7 @@ __all__ = [
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
+    "WorkerCrashError",
 ]
 
 
@@ -131,6 +134,47 @@ class TaskMemoryError(MemoryError, HPCFuturesError):
     (``MemoryError`` comes first so the exception can be unpickled on the
     client: its ``__new__`` must be ``MemoryError``'s.)
     """
+
+
+class WorkerCrashError(HPCFuturesError, RuntimeError):
+    """A call ended its worker's process: it exited, or died of a signal, while running it.
+
+    Raised from that call's future only, within seconds: the other calls that
+    were with it on the worker run again elsewhere, and the executor carries
+    on with the remaining workers.  The message names the function, how the
+    process ended (exit status, or signal) and where it ran; the worker's
+    fatal-error report (the Python traceback of the crashing call, written by
+    :mod:`faulthandler`) is attached as ``__cause__`` when there is one.
+
+    Also raised for a call whose worker was lost (killed from outside, its
+    node gone) more often than hpcfutures reruns such calls
+    (:data:`attempts` says how often it was tried).
+
+    Why not ``BrokenProcessPool``, what ``ProcessPoolExecutor`` raises for a
+    crashed worker: that is a :class:`~concurrent.futures.BrokenExecutor`,
+    which says the executor is unusable; here it is not.
+
+    Attributes:
+        function: The qualified name of the call's function.
+        where: The worker it ran on ("rank 3 (worker) on node17").
+        exit_status: The process's exit status, if it exited.
+        signal: The name of the signal that ended it ("SIGSEGV"), if one did.
+        attempts: How many workers were lost while running the call.
+    """
+
+    def __init__(self, message: str, function: str | None = None, where: str | None = None,
+                 exit_status: int | None = None, signal: str | None = None,
+                 attempts: int = 1) -> None:
+        # Every field is an argument, so the error survives a pickle round trip.
+        super().__init__(message, function, where, exit_status, signal, attempts)
+        self.function = function
+        self.where = where
+        self.exit_status = exit_status
+        self.signal = signal
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class BrokenHPCExecutor(HPCFuturesError, BrokenExecutor):

@@ -600,6 +600,41 @@ def test_a_memory_limit_the_worker_already_fills_is_refused_before_it_joins():
     run(scenario())
 
 
+# ------------------------------------------------------- a worker that a call killed
+def running_key(_: Any) -> str:
+    """In a worker thread: the key Dask says this task runs under (deathwatch's source)."""
+    from distributed.worker import thread_state
+
+    return str(thread_state.key)
+
+
+def test_a_task_lost_with_its_worker_comes_back_at_once_with_the_worker_named(caplog):
+    """Scheduler(allowed_failures=0): KilledWorker at once (no retry on the next worker),
+    its ``task`` and ``last_worker.address`` read by _dask.lost_worker; Dask's own
+    error line about it is dropped."""
+    async def scenario() -> None:
+        async with live(workers=2, retry_lost_tasks=False) as cluster:
+            gated = cluster.client.submit(wait_at_gate, 7, key="gated-3", pure=False)
+            scheduler = cluster.scheduler
+            await cluster.until(lambda: "gated-3" in scheduler.tasks
+                                and scheduler.tasks["gated-3"].processing_on is not None,
+                                "the gated task starting")
+            first = scheduler.tasks["gated-3"].processing_on
+            assert first is not None
+            with seam("Scheduler.remove_worker(address, stimulus_id=...)"):
+                await scheduler.remove_worker(first.address, stimulus_id="seam-test-died")
+            exception = await asyncio.wait_for(gated.exception(), 5)
+            assert gated.status == "error", (
+                "Dask retried a task lost with its worker: Scheduler(allowed_failures=0) "
+                "no longer makes it fail at once")
+            assert _dask.lost_worker(exception) == ("gated-3", first.address), (
+                f"Dask's KilledWorker changed (task, last_worker.address): {exception!r}")
+            assert _dask.lost_worker(ValueError("no")) is None
+            assert "marked as failed because" not in caplog.text
+
+    run(scenario())
+
+
 # ------------------------------------------------------- lost and frozen workers
 def test_a_worker_tells_its_host_name_and_the_client_reads_it():
     """Worker(startup_information=...) lands in the scheduler's identity of the worker
@@ -613,6 +648,47 @@ def test_a_worker_tells_its_host_name_and_the_client_reads_it():
                 places = await _dask.worker_places(cluster.client)
             assert places == {cluster.address_of(worker): _dask.WorkerPlace(
                 "rank-2", socket.gethostname())}, places
+
+    run(scenario())
+
+
+def test_a_running_tasks_key_is_dasks_thread_state_key():
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            future = cluster.client.submit(running_key, 1, key="which-key-1", pure=False)
+            assert await future.result() == "which-key-1", (
+                "distributed.worker.thread_state.key is not the running task's key: the "
+                "death certificate can no longer name the call that killed a worker")
+
+    run(scenario())
+
+
+def test_a_death_certificate_reaches_the_client_through_the_scheduler():
+    """The watcher's report (a Scheduler.handlers entry of ours) and the client's wait."""
+    certificate = {"worker": "tls://10.0.0.9:1234", "who": "rank 5 (worker) on node17",
+                   "how": "signal", "signal": "SIGSEGV", "status": None,
+                   "culprit": {"key": "k-1", "index": 0, "function": "job.crash"},
+                   "running": [], "report": "Fatal Python error: Segmentation fault"}
+
+    async def scenario() -> None:
+        async with live(workers=1, expected_workers=1) as cluster:
+            waiting = asyncio.ensure_future(
+                _dask.death_certificate(cluster.client, certificate["worker"], 10))
+            await asyncio.sleep(0.1)
+            assert not waiting.done(), "the client's wait did not wait for the certificate"
+            assert await _dask.report_death(cluster.service.address, certificate, 5)
+            answer = await asyncio.wait_for(waiting, 5)
+            got = answer["certificate"]  # msgpack hands lists back as tuples
+            assert {**got, "running": list(got["running"])} == certificate
+            assert answer["none_left"] is None
+            started = time.monotonic()
+            missing = await _dask.death_certificate(cluster.client, "tls://nowhere:1", 0.2)
+            assert missing["certificate"] is None and time.monotonic() - started < 2
+            (worker,) = cluster.workers
+            address = cluster.address_of(worker)
+            await cluster.scheduler.remove_worker(address, stimulus_id="seam-test-gone")
+            gone = await _dask.death_certificate(cluster.client, "", 0)
+            assert "no worker is left" in (gone["none_left"] or ""), gone
 
     run(scenario())
 
@@ -631,3 +707,25 @@ def test_timings_are_set_unless_the_user_set_them():
     with dask.config.set({key: "45s"}):
         tuning.apply()
         assert dask.config.get(key) == "45s"
+
+
+
+
+def test_without_retries_the_scheduler_keeps_no_queue():
+    """Scheduler.WORKER_SATURATION = inf (set by SchedulerService without retries):
+    results lost with a worker are computed again at once, not held in Dask's queue
+    until some other task ends."""
+    async def scenario() -> None:
+        async with live(workers=2, retry_lost_tasks=False) as cluster:
+            scheduler = cluster.scheduler
+            with seam("Scheduler.WORKER_SATURATION"):
+                assert math.isinf(scheduler.WORKER_SATURATION)
+            futures = cluster.client.map(nap, [0.01] * 12, pure=False)
+            assert await cluster.client.gather(futures) == [0.01] * 12
+            assert not scheduler.queued, "Dask queued tasks despite WORKER_SATURATION=inf"
+            holder = next(ws for ws in scheduler.workers.values() if ws.has_what)
+            await scheduler.remove_worker(holder.address, stimulus_id="seam-test-lost")
+            again = await asyncio.wait_for(cluster.client.gather(futures), 10)
+            assert again == [0.01] * 12
+
+    run(scenario())

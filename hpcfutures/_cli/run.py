@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,11 +106,42 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
                 return 127
         return None
 
-    status, first = _supervise(processes, start_copies, client, grace)
-    if first is not None:
-        print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
-                               environ), file=sys.stderr, flush=True)
+    notes = _death_notes(launch_id)
+    try:
+        status, first = _supervise(processes, start_copies, client, grace)
+        if first is not None:
+            print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
+                                   environ) + _death_note(notes, first),
+                  file=sys.stderr, flush=True)
+    finally:
+        if notes is not None:
+            shutil.rmtree(notes, ignore_errors=True)
     return status
+
+
+def _death_notes(token: str) -> str | None:
+    """A private folder where a worker's watcher notes what the worker died of."""
+    from .._remote.watcher import death_notes
+
+    folder = death_notes(token)  # as the copies see it (HPCFUTURES_LAUNCH_ID)
+    try:
+        os.makedirs(os.path.dirname(folder), mode=0o700, exist_ok=True)
+        os.mkdir(folder, mode=0o700)
+    except OSError:
+        return None
+    return folder
+
+
+def _death_note(notes: str | None, rank: int) -> str:
+    """``; it exited with status 3 running job.crash ...``, if the rank's watcher said so."""
+    if notes is None:
+        return ""
+    try:
+        with open(os.path.join(notes, str(rank))) as note:
+            text = note.read().strip()
+    except OSError:
+        return ""
+    return f"; {text}" if text else ""
 
 
 def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[[], int | None],

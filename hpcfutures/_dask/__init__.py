@@ -7,8 +7,9 @@ the typed functions exported here.  One module per role or question:
 :mod:`.worker` (a worker in a rank's process), :mod:`.client` (connecting,
 following the cluster, finishing), :mod:`.cluster` (what the client asks
 about the workers), :mod:`.usage` (the summary's ledger on the scheduler),
-:mod:`.release` (retiring idle workers) and :mod:`.initializer` (the
-executor's ``initializer``, run on every worker).  Most of it is coroutines; the
+:mod:`.release` (retiring idle workers), :mod:`.initializer` (the
+executor's ``initializer``, run on every worker) and :mod:`.deaths` (death
+certificates of workers a call killed).  Most of it is coroutines; the
 session runs them either on a fresh event loop (the scheduler and worker
 ranks) or on the client's loop thread.  Every private Dask name relied on
 here is pinned by ``tests/test_dask_seams.py``.
@@ -49,6 +50,7 @@ from .cluster import (
     worker_places,
 )
 from .initializer import register_initializer
+from .deaths import death_certificate, lost_worker, report_death
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
@@ -68,13 +70,16 @@ __all__ = [
     "cluster_size",
     "connect_client",
     "dashboard_facts",
+    "death_certificate",
     "finish_client",
     "follow_cluster",
     "knock",
+    "lost_worker",
     "make_security",
     "probe",
     "register_initializer",
     "released_workers",
+    "report_death",
     "report_startup_failure",
     "request_stop",
     "run_worker",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import warnings
 from typing import Any
@@ -25,6 +26,7 @@ from ._common import (
     VERDICT_OP,
     _hurry,
 )
+from .deaths import AWAIT_DEATH_OP, Deaths
 from .release import IdleRelease
 
 __all__ = ["Coordinator", "SchedulerService"]
@@ -76,6 +78,10 @@ class Coordinator(SchedulerPlugin):
         #: Why no worker will come, once that is so; the client is told.
         self.hopeless: str | None = None
         self._workers_changed = asyncio.Event()
+        #: Dead workers' certificates, and whether any worker is left (deaths.py).
+        self.deaths = Deaths()
+        if not keep_serving:
+            self.deaths.capacity = expected_workers
 
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -84,6 +90,8 @@ class Coordinator(SchedulerPlugin):
         scheduler.handlers[RELEASED_OP] = lambda: []  # until idle release is on
         scheduler.handlers[STARTUP_FAILED_OP] = self._startup_failed
         scheduler.handlers[AWAIT_WORKERS_OP] = self._await_workers
+        scheduler.handlers[AWAIT_DEATH_OP] = self._await_death
+        self.deaths.install(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -108,7 +116,20 @@ class Coordinator(SchedulerPlugin):
         _announce_cluster(scheduler)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        if self.verdict is None:
+            self.deaths.departed_worker(worker)
         _announce_cluster(scheduler, leaving=worker)
+
+    async def _await_death(self, worker: str, timeout: float) -> dict[str, Any]:
+        """A dead worker's certificate (waiting up to ``timeout`` s for its watcher),
+        and why no worker is left, if none is."""
+        certificate = (await self.deaths.await_certificate(worker, timeout)) if worker else None
+        assert self.scheduler is not None
+        present = sum(address != worker for address in self.scheduler.workers)
+        none_left = None
+        if self.deaths.none_left(present, self.joined, len(self.startup_failures)):
+            none_left = await self.deaths.why_none_left(timeout)
+        return {"certificate": certificate, "none_left": none_left}
 
     def _startup_failed(self, who: str, why: str) -> str:
         """A worker rank could not start (a setting only it could reject, say)."""
@@ -222,7 +243,7 @@ class SchedulerService:
     def __init__(self, *, host: str | None, interface: str | None,
                  security: Security | None = None, keep_serving: bool = False,
                  dashboard: bool = False, dashboard_address: str | None = None,
-                 expected_workers: int | None = None) -> None:
+                 expected_workers: int | None = None, retry_lost_tasks: bool = True) -> None:
         tuning.apply()
         self.coordinator = Coordinator(keep_serving, expected_workers)
         self._options: dict[str, Any] = dict(
@@ -238,6 +259,11 @@ class SchedulerService:
             security=security,
             validate=False,
         )
+        if not retry_lost_tasks:
+            # A task whose worker died comes back to the client at once (KilledWorker),
+            # which knows whether the task killed it (see deaths.py).
+            self._options["allowed_failures"] = 0
+        self._retry_lost_tasks = retry_lost_tasks
         self._scheduler: Scheduler | None = None
         self._background: list[asyncio.Task[None]] = []
 
@@ -253,8 +279,21 @@ class SchedulerService:
             # dashboard line gives the port in use, so Dask's warning is noise.
             warnings.filterwarnings("ignore", message="Port .* is already in use")
             scheduler = _Scheduler(**self._options)
+        if not self._retry_lost_tasks:
+            # No queue on the scheduler: the client's batching engine already sends
+            # no more than the workers can take.  Dask's queue also holds the
+            # finished results a dead worker took with it, to compute them again,
+            # and looks at it only when a task ends or a worker joins: when the
+            # client waits for just those results, nothing ends, and they waited
+            # until the next worker died (seen in 1 of 5 runs of crash_job.py).
+            scheduler.WORKER_SATURATION = math.inf
         self._scheduler = await scheduler
         return self
+
+    def expect_at_most(self, workers: int) -> None:
+        """The launch can never have more than ``workers`` workers (the laptop's
+        local worker processes): once all are gone, none is left."""
+        self.coordinator.deaths.capacity = workers
 
     def release_idle_workers(self, idle_after: float, keep: int) -> IdleRelease:
         """Retire workers idle for ``idle_after`` s (see :mod:`.release`) from now on."""

@@ -10,7 +10,8 @@ from typing import Any
 from distributed import Security, Worker
 
 from .._errors import ConfigurationError
-from .._remote import memory
+from .._remote import deathwatch, memory
+from .._remote.calls import location
 from .._support.logs import quiet_for_shutdown
 from . import tuning
 from ._common import CLOSE_TIMEOUT, HOST_KEY, VERDICT_OP, _hurry
@@ -51,8 +52,12 @@ class WorkerService:
     def __init__(self, address: str, *, name: str, nthreads: int,
                  memory_limit: str | int | None, host: str | None,
                  interface: str | None, timeout: float, security: Security | None = None,
-                 resources: dict[str, float] | None = None) -> None:
+                 resources: dict[str, float] | None = None, watch: bool = False) -> None:
         self.name, self.address = name, address
+        #: Whether a watcher reports this process's death (only a process that
+        #: is a worker and nothing else: it takes over faulthandler and os._exit).
+        self._watched = watch
+        self._security = security
         self.verdict: int | None = None
         self._closed = asyncio.Event()
         tuning.apply()
@@ -89,6 +94,23 @@ class WorkerService:
         _hurry(self._worker.batched_stream)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
         memory.enforce(self._worker.memory_manager.memory_limit)
+        if self._watched:
+            self._watch()
+
+    def _watch(self) -> None:
+        """Start the watcher that reports this worker's death, should a call cause it."""
+        from distributed.worker import thread_state
+
+        security = self._security
+        # The launch's credentials, as make_security() took them (Security's
+        # attributes are made from its keyword arguments).
+        credentials = ({"cert": getattr(security, "tls_ca_file", None),
+                        "key": getattr(security, "tls_client_key", None)}
+                       if security is not None else None)
+        deathwatch.set_key_source(lambda: thread_state.key)
+        deathwatch.start_watcher({"address": self.address, "credentials": credentials,
+                                  "worker": str(self._worker.address), "who": location()},
+                                 keep_fds=deathwatch.launcher_fds())
 
     def _refuse_a_limit_it_already_crosses(self) -> None:
         """A memory limit the worker itself nearly fills is an error, not a silent hang.
@@ -121,6 +143,7 @@ class WorkerService:
         instruction cancelled) is noise: the worker is leaving on purpose.
         """
         quiet_for_shutdown()
+        deathwatch.goodbye()
         try:
             await asyncio.wait_for(
                 self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
@@ -143,6 +166,7 @@ class WorkerService:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for wait in waits:
             wait.cancel()
+        deathwatch.goodbye()  # leaving: whatever happens next is no call's doing
         if stop is not None and stop.is_set():
             await self.close("hpcfutures: stopped by a signal")
         return self.verdict
@@ -198,7 +222,7 @@ async def run_worker(address: str, *, who: str, stop: asyncio.Event | None = Non
     from .client import report_startup_failure
 
     try:
-        service = WorkerService(address, **options)
+        service = WorkerService(address, watch=True, **options)
         await service.join()
     except Exception as err:
         if not await report_startup_failure(address, who, startup_error(err), REPORT_TIMEOUT,

@@ -39,6 +39,7 @@ from .bundles import SubmitStream
 from .capacity import WorkerMemory, ask_worker_memory
 from .completions import Completions
 from .futures import TaskFuture, settle
+from .recovery import Recovery
 from .roster import WorkerRoster
 from .sending import Sender
 
@@ -68,6 +69,9 @@ class TaskBridge:
         self.batcher = Batcher(self.worker_threads)
         self._completions = Completions(client, self._connection_lost)
         self._sender = Sender(client, self._completions.follow, self._send_held_now)
+        self._recovery = Recovery(client, self._sender.resend, self.break_executor,
+                                  self._completions.in_background)
+        self._completions.recover = self._recovery.lost
         self._submits = SubmitStream(self.batcher, self._sender, self.wake)
         self.batcher.open(self._submits)
         self._tally: Any = None
@@ -191,6 +195,8 @@ class TaskBridge:
 
     def cluster_changed(self, workers: int, threads: int) -> None:
         """The scheduler's word on the workers and threads present (loop thread)."""
+        if workers < self._workers:
+            self._completions.worker_left()
         self._workers = workers
         self._total_threads = max(1, threads)
 
@@ -221,6 +227,13 @@ class TaskBridge:
                 workers = await self._live_workers()
             if workers != len(self.roster.seen):
                 await self.roster.refresh(self._client, self._is_closing)
+            if not workers and not self._closing and self.outstanding():
+                # Calls wait and no worker can ever come (all died, or were
+                # released as idle): say so now, not after `deadline`.
+                none_left = await self._recovery.none_left()
+                if none_left:
+                    self.break_executor(none_left)
+                    return
             if workers or not self.outstanding():
                 alone_since = None
                 continue
@@ -230,6 +243,11 @@ class TaskBridge:
                     f"no worker has been connected for {deadline:g} s while "
                     f"{len(self.outstanding())} task(s) waited: every worker is gone "
                     f"(killed, out of memory, or its node failed); {self.roster.describe_lost()}")
+
+    @property
+    def crash_status(self) -> int | None:
+        """The exit status of the first worker a call killed, if one did (signals: 128+N)."""
+        return self._recovery.crash_status
 
     def _is_closing(self) -> bool:
         return self._closing

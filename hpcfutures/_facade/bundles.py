@@ -80,6 +80,7 @@ class SubmitStream(Stream):
             self._batcher.done(self)
             self._wake()
             return
+        bundle._members = [future for future, *_rest in calls]
         for index, (future, *_rest) in enumerate(calls):
             future._bundle = (bundle, index)
             mark_running(future)

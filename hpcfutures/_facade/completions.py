@@ -32,10 +32,28 @@ class Completions:
     def __init__(self, client: Any, lost: Callable[[], None]) -> None:
         self._client = client
         self._lost = lost
+        #: ``recover(dask_future, future, exception)``: whether it takes over a task
+        #: lost with its worker (recovery.py); set by the bridge.
+        self.recover: Callable[[Any, TaskFuture, BaseException], bool] | None = None
         self._ready: list[tuple[Any, TaskFuture]] = []
         self._gathering = False
         #: Tasks running in the background, kept so the loop does not drop them.
         self._background: set[asyncio.Future] = set()
+        #: The gather in progress, if any (see worker_left).
+        self._fetching: asyncio.Future | None = None
+        self._restart = False
+
+    def worker_left(self) -> None:
+        """A worker left: start the gather in progress again.
+
+        Results it held are computed again elsewhere, but a gather already under
+        way keeps trying the dead worker's address (Dask's connect retries a
+        refused connection for its whole timeout, and then asks again), and
+        every result that finished since waits behind it.
+        """
+        if self._fetching is not None and not self._fetching.done():
+            self._restart = True
+            self._fetching.cancel()
 
     def in_background(self, awaitable: Any) -> None:
         """Run ``awaitable`` on the loop without waiting for it."""
@@ -56,6 +74,8 @@ class Completions:
                 self._gathering = True
                 self.in_background(self._gather_ready())
         elif status == "error":
+            if self.recover is not None and self.recover(dask_future, future, exception):
+                return
             settle(future, exception=_as_serialization_error(restore_traceback(exception)))
         elif not future.done():
             self._lost()
@@ -68,10 +88,20 @@ class Completions:
                 wanted = [(d, f) for d, f in batch if not f.done()]
                 if not wanted:
                     continue
+                fetch = self._fetching = asyncio.ensure_future(
+                    self._client.gather([d for d, _ in wanted]))
                 try:
-                    values = await self._client.gather([d for d, _ in wanted])
+                    values = await fetch
+                except asyncio.CancelledError:
+                    if not self._restart:  # the loop is stopping
+                        raise
+                    self._restart = False
+                    self._ready[:0] = wanted  # a worker left: ask again (see worker_left)
+                    continue
                 except Exception:
                     values = None
+                finally:
+                    self._fetching = None
                 if values is None:
                     await self._gather_one_by_one(wanted)
                     continue

@@ -27,6 +27,27 @@ class TaskFuture(cf.Future):
         self._dask: Any = None
         #: (bundle future, index) once sent inside a bundle (see bundles.py).
         self._bundle: tuple[TaskFuture, int] | None = None
+        #: How to send its task again, should its worker die under it (see
+        #: recovery.py): ``(runner, fn, args, kwargs, depends)``; dropped once done.
+        self._recipe: tuple | None = None
+        #: Times its task was lost with a worker that it did not kill.
+        self._losses = 0
+        #: A bundle's own futures (their picks are made again if it is sent again).
+        self._members: list[TaskFuture] | None = None
+
+    def set_result(self, result: Any) -> None:
+        self._recipe = self._members = None  # a done future holds no call
+        super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._recipe = self._members = None
+        super().set_exception(exception)
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled:
+            self._recipe = self._members = None
+        return cancelled
 
 
 def settle(future: cf.Future, result: Any = None, exception: BaseException | None = None) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import SerializationError
-from .._remote.calls import pick, run_chunk_task, run_task
+from .._remote.calls import pick, run_bundle, run_chunk_task, run_task
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
@@ -78,6 +78,8 @@ class Sender:
         for future, runner, fn, args, kwargs, depends in items:
             if future.done():
                 continue
+            # Kept until it is done: to send it again if its worker dies (recovery.py).
+            future._recipe = (runner, fn, args, kwargs, depends)
             if depends:
                 resolved = self._resolve_or_settle(future, runner, fn, args, kwargs)
                 if resolved is _NotSentYet:
@@ -138,13 +140,34 @@ class Sender:
             return None
         internal = TaskFuture()
         internal._dask = dask_future
+        internal._recipe = (runner, None, args, {}, False)
         self._follow(dask_future, internal)
         return internal
+
+    def resend(self, future: TaskFuture, recipe: tuple) -> None:
+        """Send ``future``'s group again, as ``recipe`` says (its worker died under it)."""
+        runner, fn, args, kwargs, depends = recipe
+        future._dask = None
+        if runner is not run_bundle:
+            self.send_queued([(future, runner, fn, args, kwargs, depends)])
+            return
+        for member in future._members or ():
+            member._dask = None  # a pick from the lost bundle: made again on demand
+        key = self._key("bundle")
+        try:
+            with self._counted(len(args[0])):
+                dask_future = self._client.submit(runner, *args, key=key, pure=False)
+        except Exception as err:
+            settle(future, exception=err)
+            return
+        future._dask, future._recipe = dask_future, recipe
+        self._follow(dask_future, future)
 
     def launch_alone(self, future: TaskFuture, fn: Callable[..., Any], args: tuple,
                      kwargs: dict) -> None:
         """Send one user call as its own Dask task (its failure stays its own)."""
         key = self._key(getattr(fn, "__name__", "task"))
+        future._recipe = (run_task, fn, args, kwargs, False)
         dask_future = self._send_one(run_task, (future, fn, args, kwargs, key))
         if dask_future is not None:
             future._dask = dask_future

@@ -61,6 +61,10 @@ class ClientBridge(Protocol):
     def broken(self) -> HPCFuturesError | None:
         """Why the executor is broken, or None."""
 
+    @property
+    def crash_status(self) -> int | None:
+        """The exit status of the first worker a call killed (its rank left), or None."""
+
     def cluster_changed(self, workers: int, threads: int) -> None:
         """Dask announced the cluster's size (workers joined or left)."""
 
@@ -189,6 +193,8 @@ class ClientSide:
             self.service, info = self._run(
                 start_scheduler(_dask, self.settings, plan, host, interface),
                 self.settings.timeout, "starting the scheduler")
+            if self.local_workers is not None:  # once they are gone, none is left
+                self.service.expect_at_most(self.local_workers.count)
             if plan.exchange is not None:
                 self.info = info
                 plan.exchange.publish(info)
@@ -295,7 +301,18 @@ class ClientSide:
             if self.tally is not None:
                 self._print_summary()
         self._teardown(status)
-        self.plan.launcher.client_finished(self.plan.identity, status)
+        self.plan.launcher.client_finished(self.plan.identity, self._launch_status(status))
+
+    def _launch_status(self, status: int) -> int:
+        """The launch's exit status: the client's, else that of a worker rank a call
+        killed (its launcher reports that rank's failure anyway; under MPI the
+        launch cannot end together without it, so it ends with that status)."""
+        crashed = self.bridge.crash_status if self.bridge is not None else None
+        if status or crashed is None or self.plan.role is Role.STANDALONE:
+            return status
+        logger.warning("a call killed a worker rank (exit status %d) during this launch: "
+                       "the launch ends with that status", crashed)
+        return crashed
 
     def _teardown(self, status: int) -> None:
         from .. import _dask

@@ -57,6 +57,7 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
             interface=interface,
             timeout=timeout,
             security=security,
+            watch=True,
         )
         joined = await _join_while_launch_lasts(service, plan.peers_exchange, info, stop,
                                                 answers)

@@ -24,11 +24,12 @@ import cloudpickle
 
 from .._errors import RemoteTraceback, SerializationError
 from .initializer import refuse_if_failed
+from .deathwatch import finished, running
 from .memory import explain
 
 __all__ = [
-    "BundleOutcome", "ChunkOutcome", "pick", "restore_traceback", "run_bundle", "run_chunk",
-    "run_chunk_task", "run_task", "set_location",
+    "BundleOutcome", "ChunkOutcome", "fail_with", "location", "pick", "restore_traceback",
+    "run_bundle", "run_chunk", "run_chunk_task", "run_task", "set_location",
 ]
 
 _TRACEBACK_ATTR = "_hpcfutures_remote_traceback"
@@ -41,6 +42,11 @@ def set_location(text: str) -> None:
     """Name this worker in the headers of remote tracebacks."""
     global _location
     _location = text
+
+
+def location() -> str:
+    """This worker's name in remote tracebacks ("rank 3 (slurm) on node12")."""
+    return _location
 
 
 class _ExitInTask(Exception):
@@ -102,10 +108,13 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     exception, not the failure of a worker's connection (or its end).
     """
     refuse_if_failed()
+    running(fn)(0)
     try:
         value = fn(*args, **kwargs)
     except (Exception, SystemExit) as exc:
         raise _annotate(exc) from None
+    finally:
+        finished()
     return _checked(value, "the task's result")
 
 
@@ -190,18 +199,32 @@ def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
     """
     refuse_if_failed()
     started = time.perf_counter()
-    values = []
-    for args in chunk:
-        try:
-            values.append(fn(*args))
-        except (Exception, SystemExit) as exc:
-            return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
+    values: list = []
+    mark = running(fn)  # which call runs, should one kill the worker (deathwatch.py)
+    try:
+        for index, args in enumerate(chunk):
+            mark(index)
+            try:
+                values.append(fn(*args))
+            except (Exception, SystemExit) as exc:
+                return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
+    finally:
+        finished()
     return ChunkOutcome(values, None, time.perf_counter() - started)
 
 
 def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOutcome:
-    """The Dask task of a ``map`` chunk: ``args`` is ``(chunk,)``."""
-    return run_chunk(fn, args[0])
+    """The Dask task of a ``map`` chunk: ``args`` is ``(chunk,)``.
+
+    ``kwargs`` may hold ``then``: the error of the item after the chunk (a
+    chunk cut short because that item killed its worker runs again without
+    it, and ends with its error).
+    """
+    outcome = run_chunk(fn, args[0])
+    then = kwargs.get("then")
+    if outcome.error is None and then is not None:
+        outcome.error = then
+    return outcome
 
 
 @dataclasses.dataclass
@@ -240,15 +263,31 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
 def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:
     """Run ``submit`` calls one after another; each succeeds or fails on its own."""
     refuse_if_failed()
-    results, seconds = [], []
-    for fn, args, kwargs in calls:
-        started = time.perf_counter()
-        try:
-            results.append((True, fn(*args, **kwargs)))
-        except (Exception, SystemExit) as exc:
-            results.append((False, _annotate(exc)))
-        seconds.append(time.perf_counter() - started)
+    results: list = []
+    seconds: list = []
+    mark = running(next((fn for fn, *_ in calls if fn is not fail_with), None))
+    try:
+        for index, (fn, args, kwargs) in enumerate(calls):
+            mark(index)
+            started = time.perf_counter()
+            if fn is fail_with:  # its error already says where and why
+                results.append((False, args[0]))
+                seconds.append(0.0)
+                continue
+            try:
+                results.append((True, fn(*args, **kwargs)))
+            except (Exception, SystemExit) as exc:
+                results.append((False, _annotate(exc)))
+            seconds.append(time.perf_counter() - started)
+    finally:
+        finished()
     return BundleOutcome(results, seconds)
+
+
+def fail_with(error: BaseException) -> Any:
+    """Stands in a bundle for a call that killed its worker: the bundle runs again
+    without it, and the call's place keeps its error (indices stay put)."""
+    raise error
 
 
 def pick(outcome: BundleOutcome, index: int) -> Any:

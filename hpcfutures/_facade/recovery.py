@@ -1,0 +1,232 @@
+"""Calls whose worker died under them: fail the one that killed it, run the others again.
+
+hpcfutures' scheduler does not retry a task whose worker died (see
+``_dask/deaths.py``): the task comes back at once as Dask's ``KilledWorker``.
+A task is a *group* of calls (one call, a ``map`` chunk, a bundle of
+``submit`` calls), and the dead worker's death certificate names the call
+that was running when its process ended, and how it ended.  Then:
+
+* **the culprit** (it exited or died of a signal while that call ran) fails
+  with :class:`~hpcfutures.WorkerCrashError`; the calls of its group before
+  it (a chunk's results were lost with the worker) and after it (a bundle's)
+  run again, without it;
+* **every other call** lost with the worker runs again: one lost with a
+  culprit's worker (queued behind it, or running beside it) as often as that
+  happens (each time a worker is gone, so it happens only so often); one lost
+  with a worker killed from outside or lost with its node (no certificate,
+  or one that blames nobody) at most :data:`MAX_LOSSES` times, then it fails
+  with a ``WorkerCrashError`` that says so;
+* **a call whose argument was such a lost task** waits until that argument
+  is settled again, then runs again too (or fails with its error, as a call
+  whose argument failed does).
+
+Loop thread only, like the rest of the task machinery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import WorkerCrashError
+from .._remote.calls import fail_with, restore_traceback, run_bundle, run_chunk_task
+from .._remote.deathwatch import function_name
+from .arguments import futures_in
+from .futures import TaskFuture, settle
+
+__all__ = ["CERTIFICATE_WAIT", "MAX_LOSSES", "Recovery", "crash_error", "exit_status_of",
+           "lost_error"]
+
+logger = logging.getLogger("hpcfutures")
+
+#: Times a call runs again after its worker was lost through no fault of its own.
+MAX_LOSSES = 3
+#: States of a Dask future whose value can no longer be had from the cluster.
+_GONE = ("error", "cancelled", "lost")
+#: Seconds the client waits for a dead worker's certificate (its watcher imports
+#: Dask, connects, reports: about a second; a watcher lost with its node never does).
+CERTIFICATE_WAIT = 8.0
+
+
+class Recovery:
+    """Decides, for each task lost with its worker, what becomes of its calls.
+
+    Args:
+        client: The Dask client.
+        resend: ``resend(future, recipe)`` sends a group again under ``future``.
+        broken: ``broken(reason)`` breaks the executor (no worker is left).
+        background: runs a coroutine on the loop without waiting for it.
+    """
+
+    def __init__(self, client: Any, resend: Callable[[TaskFuture, tuple], None],
+                 broken: Callable[[str], None],
+                 background: Callable[[Any], None]) -> None:
+        from .. import _dask  # the client is connected: distributed is imported already
+
+        self._dask = _dask
+        self._client = client
+        self._resend = resend
+        self._broken = broken
+        self._background = background
+        #: Per dead worker, the scheduler's answer (asked once, shared).
+        self._answers: dict[str, asyncio.Future] = {}
+        #: The exit status of the first worker a call killed (signals as 128+N).
+        self.crash_status: int | None = None
+
+    def lost(self, dask_future: Any, future: TaskFuture, exception: BaseException) -> bool:
+        """Take over ``future`` if its task was lost with a worker; whether it did."""
+        lost = self._dask.lost_worker(exception)
+        if lost is None or getattr(future, "_recipe", None) is None:
+            return False
+        self._background(self._recover(dask_future, future, *lost))
+        return True
+
+    async def _recover(self, dask_future: Any, future: TaskFuture, key: str,
+                       worker: str) -> None:
+        recipe = future._recipe
+        if future.done() or recipe is None:
+            return
+        if key != str(dask_future.key):  # an argument's task was lost, not this one
+            await self._after_arguments(future, recipe)
+            return
+        answer = await self._answer(worker)
+        certificate: dict[str, Any] = answer.get("certificate") or {}
+        culprit = certificate.get("culprit")
+        if culprit is not None and culprit.get("key") == key:
+            self._blame(future, recipe, int(culprit["index"]), crash_error(certificate))
+            if self.crash_status is None:
+                self.crash_status = exit_status_of(certificate)
+        elif culprit is not None:  # another call killed it: not this one's doing
+            self._resend(future, recipe)
+        else:
+            future._losses += 1
+            if future._losses > MAX_LOSSES:
+                settle(future, exception=lost_error(recipe, future._losses, certificate or None))
+            else:
+                self._resend(future, recipe)
+        if answer.get("none_left"):
+            self._broken(answer["none_left"])
+
+    async def _answer(self, worker: str) -> dict[str, Any]:
+        pending = self._answers.get(worker)
+        if pending is None:
+            pending = self._answers[worker] = asyncio.ensure_future(self._ask(worker))
+        return await asyncio.shield(pending)
+
+    async def _ask(self, worker: str) -> dict[str, Any]:
+        try:
+            return await self._dask.death_certificate(self._client, worker, CERTIFICATE_WAIT)
+        except Exception as err:  # the scheduler is gone: the bridge breaks for that
+            logger.debug("no death certificate for %s: %s", worker, err)
+            return {}
+
+    async def none_left(self) -> str | None:
+        """Why no worker is left and none can come, if so (the scheduler knows)."""
+        return (await self._ask("")).get("none_left")
+
+    def _blame(self, future: TaskFuture, recipe: tuple, index: int,
+               crash: WorkerCrashError) -> None:
+        """The call at ``index`` of ``future``'s group killed its worker."""
+        runner, fn, args, kwargs, depends = recipe
+        if runner is run_chunk_task and index > 0:
+            # The items before it ran, but their results died with the worker.
+            self._resend(future, (runner, fn, (list(args[0])[:index],),
+                                  {**kwargs, "then": crash}, depends))
+        elif runner is run_bundle and len(args[0]) > 1:
+            calls = list(args[0])
+            calls[index] = (fail_with, (crash,), {})
+            self._resend(future, (runner, fn, (calls,), kwargs, depends))
+        else:  # one call (run_task), a chunk's first item, a bundle of one
+            settle(future, exception=restore_traceback(crash))
+
+    async def _after_arguments(self, future: TaskFuture, recipe: tuple) -> None:
+        """Send the call again once the futures among its arguments are settled again."""
+        runner, _fn, args, kwargs, _depends = recipe
+        found = futures_in(list(args[0]) if runner is run_chunk_task else args, kwargs)
+        arguments = [f for f in found if isinstance(f, TaskFuture)]
+        loop = asyncio.get_running_loop()
+        for argument in arguments:
+            if not argument.done():
+                settled: asyncio.Future[None] = loop.create_future()
+
+                def wake(_: Any, settled: asyncio.Future[None] = settled) -> None:
+                    loop.call_soon_threadsafe(_set_once, settled)
+
+                argument.add_done_callback(wake)
+                await settled
+        for argument in arguments:
+            error = (None if not argument.done() else
+                     asyncio.CancelledError() if argument.cancelled() else argument.exception())
+            if error is not None:
+                settle(future, exception=error)
+                return
+            handle = argument._dask
+            if handle is not None and getattr(handle, "status", None) in _GONE:
+                # Its value is here, but its task on the cluster (or the pick of
+                # it out of a bundle) was lost and is not run again: the value
+                # travels with the call instead.
+                argument._dask = argument._bundle = None
+        future._losses += 1
+        if future._losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
+            settle(future, exception=lost_error(recipe, future._losses, None))
+        elif not future.done():
+            self._resend(future, recipe)
+
+
+def _set_once(settled: asyncio.Future[None]) -> None:
+    if not settled.done():
+        settled.set_result(None)
+
+
+def exit_status_of(certificate: dict[str, Any]) -> int:
+    """A dead worker's exit status as a shell reports it: a signal N is 128+N."""
+    if certificate.get("how") == "exit":
+        return int(certificate.get("status") or 0)
+    try:
+        return 128 + int(signal.Signals[str(certificate.get("signal"))])
+    except KeyError:
+        return 128 + int(signal.SIGKILL)
+
+
+def crash_error(certificate: dict[str, Any]) -> WorkerCrashError:
+    """The culprit's error: the function, how its process ended, where, what to do."""
+    culprit = certificate.get("culprit") or {}
+    function = culprit.get("function", "the call")
+    where = certificate.get("who") or f"the worker at {certificate.get('worker')}"
+    if certificate.get("how") == "exit":
+        how = f"exited with status {certificate.get('status')} (os._exit or a C exit())"
+    else:
+        how = f"was killed by {certificate.get('signal')}"
+    report = certificate.get("report") or ""
+    hint = ("faulthandler's report (the Python traceback of the crash) is the cause "
+            "below, and in that worker's output" if report else
+            "its output may say more")
+    error = WorkerCrashError(
+        f"{function} crashed its worker: the process {how} while running it, on {where}. "
+        f"Only this call fails; the others run again on the remaining workers. {hint}; to "
+        "debug, run the call in a local process (python -X faulthandler, or under gdb)",
+        function, where, certificate.get("status"), certificate.get("signal"))
+    if report:
+        error._hpcfutures_remote_traceback = (  # type: ignore[attr-defined]
+            f'\n"""\nFatal error report from {where}:\n{report}\n"""')
+    return error
+
+
+def lost_error(recipe: tuple, losses: int,
+               certificate: dict[str, Any] | None) -> WorkerCrashError:
+    """A call lost with more workers than it may be: killed from outside, each time?"""
+    runner, fn, args, _kwargs, _depends = recipe
+    if runner is run_bundle:
+        fn = next((call[0] for call in args[0] if call[0] is not fail_with), None)
+    function = function_name(fn) if fn is not None else "the call"
+    last = (certificate or {}).get("who") or "a worker"
+    return WorkerCrashError(
+        f"{function} was running on a worker that was lost, {losses} times in a row "
+        f"(the last: {last}), killed from outside (SIGKILL, the OOM killer) or with its "
+        f"node; hpcfutures runs such a call again {MAX_LOSSES} times, then gives up. If the "
+        "call itself uses too much memory, give each worker more (memory_limit=), or fewer "
+        "workers per node", function, last, None, None, losses)
+
