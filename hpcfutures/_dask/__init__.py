@@ -49,8 +49,8 @@ from .cluster import (
     worker_names,
     worker_places,
 )
-from .initializer import register_initializer
 from .deaths import death_certificate, lost_worker, report_death
+from .initializer import register_initializer
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error

@@ -23,8 +23,8 @@ from typing import Any
 import cloudpickle
 
 from .._errors import RemoteTraceback, SerializationError
-from .initializer import refuse_if_failed
 from .deathwatch import finished, running
+from .initializer import refuse_if_failed
 from .memory import explain
 
 __all__ = [
