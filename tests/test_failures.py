@@ -172,6 +172,9 @@ FROZEN = 60
 
 
 @pytest.mark.timeout(240)
+# One launcher is enough: the freeze is the same for every launcher's workers, and
+# each run costs a minute of the suite's time budget (srun: the cluster case).
+@pytest.mark.parametrize("launcher", ["srun"], indirect=True)
 def test_a_worker_frozen_for_a_minute_then_resumed_nothing_hangs(launcher):
     """SIGSTOP, a minute, SIGCONT: the worker is waited for, not dropped, and the map,
     the launch and its status end as if nothing had happened."""
