@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from helpers import FAILURE_TIMES, Batch, assert_no_leftovers
+from helpers import (
+    FAILURE_TIMES,
+    LAUNCHERS,
+    Batch,
+    Launch,
+    assert_no_leftovers,
+    have_mpi,
+    require,
+    slurm_is_up,
+)
 
 
 @pytest.fixture
@@ -34,3 +43,26 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for row, times in rows.items():
         cells = [f"{times[name]:.2f}" if name in times else "" for name in launchers]
         write(f"| {row} | " + " | ".join(cells) + " |")
+
+
+@pytest.fixture(params=LAUNCHERS)
+def launcher(request) -> str:
+    if request.param == "srun":
+        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    if request.param == "mpiexec":
+        require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    return request.param
+
+
+@pytest.fixture
+def launches():
+    """Launches of one test; each is ended, shown and checked for leftovers after it."""
+    started: list[Launch] = []
+
+    def start(*args, **kwargs) -> Launch:
+        started.append(Launch(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for launch in started:
+        launch.close()

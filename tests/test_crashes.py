@@ -15,8 +15,7 @@ import threading
 import time
 
 import pytest
-from helpers import have_mpi, record_failure_time, require, slurm_is_up, wait_until
-from test_faults import LAPTOP_WORKERS, Launch
+from helpers import LAPTOP_WORKERS, record_failure_time, wait_until
 
 import hpcfutures
 from hpcfutures._facade.futures import TaskFuture
@@ -304,31 +303,6 @@ def test_a_done_future_drops_its_recipe():
 
 
 # ---------------------------------------------------------------- end to end
-LAUNCHERS = ("laptop", "run", "srun", "mpiexec")
-
-
-@pytest.fixture(params=LAUNCHERS)
-def launcher(request) -> str:
-    if request.param == "srun":
-        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
-    if request.param == "mpiexec":
-        require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
-    return request.param
-
-
-@pytest.fixture
-def launches():
-    started: list[Launch] = []
-
-    def start(*args, **kwargs) -> Launch:
-        started.append(Launch(*args, **kwargs))
-        return started[-1]
-
-    yield start
-    for launch in started:
-        launch.close()
-
-
 #: Three workers: two crash, one is left to show that the executor still works.
 WORKERS = {"laptop": 3, "run": 5, "srun": 5, "mpiexec": 5}
 

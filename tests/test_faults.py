@@ -11,123 +11,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-import uuid
 
 import pytest
 from helpers import (
     JOBS,
-    MARKER_VAR,
-    MPI_LOOPBACK,
-    ROOT,
-    Lines,
-    assert_no_leftovers,
+    LAPTOP_WORKERS,
+    Launch,
     have_mpi,
     http_answers,
-    kill_marked,
     listening,
-    processes_with_marker,
     record_failure_time,
     require,
-    slurm_is_up,
     wait_until,
 )
-
-LAUNCHERS = ("laptop", "run", "srun", "mpiexec")
-#: Local worker processes of the laptop default in these tests.
-LAPTOP_WORKERS = 2
-
-
-@pytest.fixture(params=LAUNCHERS)
-def launcher(request) -> str:
-    if request.param == "srun":
-        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
-    if request.param == "mpiexec":
-        require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
-    return request.param
-
-
-class Launch:
-    """A job started under ``launcher`` with ``n`` processes (the laptop: one, plus
-    its local workers), its output read line by line as it comes."""
-
-    def __init__(self, launcher: str, n: int, job: str, *args: str,
-                 env: dict[str, str] | None = None) -> None:
-        self.launcher, self.marker = launcher, uuid.uuid4().hex
-        self.name = f"hpcf-faults-{self.marker[:10]}"
-        script = [sys.executable, str(JOBS / job), *args]
-        extra = dict(env or {})
-        if launcher == "srun":
-            limit = extra.pop("HPCFUTURES_SRUN_TIME", "5")  # minutes
-            command = ["srun", f"-n{n}", "-J", self.name, "-t", limit, *script]
-        elif launcher == "mpiexec":
-            command = ["mpiexec", "-n", str(n), *script]
-            extra = {**MPI_LOOPBACK, **extra}
-        elif launcher == "run":
-            command = [sys.executable, "-m", "hpcfutures", "run", "-n", str(n), *script]
-        else:
-            command = script
-            extra.setdefault("HPCFUTURES_MAX_WORKERS", str(LAPTOP_WORKERS))
-        self.started = time.monotonic()
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT), MARKER_VAR: self.marker, **extra})
-        self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
-
-    def ranks(self) -> list[int]:
-        """Pids of the job's Python processes (ranks and local workers, not the launchers)."""
-        return [pid for pid, command in processes_with_marker(self.marker)
-                if os.path.basename(command.split(" ", 1)[0]).startswith("python")
-                and " -m hpcfutures run " not in command]
-
-    def launchers(self) -> list[int]:
-        """Pids of the job's other processes: srun, mpiexec and its proxies, ``hpcfutures run``."""
-        ranks = set(self.ranks())
-        return [pid for pid, _ in processes_with_marker(self.marker) if pid not in ranks]
-
-    def finish(self, timeout: float) -> int:
-        """The launcher's exit status; fails if it is still running after ``timeout`` s."""
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the launch did not end within {timeout:g} s:\n{self}")
-        return self.process.returncode
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        if self.launcher == "srun":
-            subprocess.run(["scancel", "--name", self.name], capture_output=True, timeout=30)
-        print(self)  # shown when the test fails
-        try:
-            assert_no_leftovers(self.marker)
-        finally:
-            kill_marked(self.marker)
-
-    def __repr__(self) -> str:
-        return (f"Launch({self.launcher}) rc={self.process.returncode}\n--- stdout\n"
-                f"{self.out.rest(1)}\n--- stderr\n{self.err.rest(1)}")
-
-
-@pytest.fixture
-def launches():
-    """Launches of one test; each is ended, shown and checked for leftovers after it."""
-    started: list[Launch] = []
-
-    def start(*args, **kwargs) -> Launch:
-        started.append(Launch(*args, **kwargs))
-        return started[-1]
-
-    yield start
-    for launch in started:
-        launch.close()
 
 
 # ------------------------------------------------------------- 1. nothing over HTTP
