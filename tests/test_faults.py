@@ -17,6 +17,7 @@ import pytest
 from helpers import (
     JOBS,
     LAPTOP_WORKERS,
+    LAUNCHERS,
     Launch,
     have_mpi,
     http_answers,
@@ -195,13 +196,15 @@ def test_a_signal_ends_a_map_while_it_reads_its_items(launcher, source, signum, 
 
 # ------------------------------------------------- 8. a worker that cannot start
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("setting", ["interface", "preload"])
+# ``interface`` has no laptop case: one process decides every local worker's settings,
+# so there is nothing for the workers to differ in.
+@pytest.mark.parametrize(("launcher", "setting"), [
+    (launcher, setting) for launcher in LAUNCHERS for setting in ("interface", "preload")
+    if (launcher, setting) != ("laptop", "interface")], indirect=["launcher"])
 def test_when_no_worker_can_start_everyone_learns_why_within_seconds(launcher, setting,
                                                                     launches):
     """``interface``: the worker ranks alone are given an interface their host lacks
     (nodes differ); ``preload``: a Dask setting only workers read names a missing file."""
-    if setting == "interface" and launcher == "laptop":
-        pytest.skip("one process decides every local worker's settings: nothing to differ")
     job, env = (("bad_worker_job.py", {}) if setting == "interface" else
                 ("short_job.py", {"DASK_DISTRIBUTED__WORKER__PRELOAD": '["/nonexistent.py"]'}))
     launch = launches(launcher, 4, job, env={"HPCFUTURES_TIMEOUT": "60", **env})
