@@ -457,5 +457,8 @@ def test_dask_noise_of_a_lost_worker_is_dropped_the_client_and_worker_say_it():
                                            "heartbeat.")
     assert not shown("distributed.scheduler", "Workers ['tls://127.0.0.1:39565'] do not use a "
                      "nanny and will be terminated without restarting them")
+    assert not shown("distributed.scheduler",
+                     "Closed comm <BatchedSend: closed> while trying to write [{'op': 'event', "
+                     "'topic': 'hpcfutures-cluster'}]")
     assert shown("distributed.scheduler", "Worker failed to heartbeat for 20s; removing: <W>")
     assert shown("distributed.worker", "Worker is at 90% memory usage. Pausing worker.")

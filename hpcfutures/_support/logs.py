@@ -29,12 +29,16 @@ _DASK_LOGGERS = ("distributed", "tornado")
 #: closing while it runs tasks, a peer that hung up in the middle of a TLS handshake.
 #: A lost worker, too: the client names it and says that its tasks run again, and
 #: the worker says in one line that it lost the scheduler (not a traceback).
+#: A client that went away (Ctrl-C, an exception) while the scheduler was writing
+#: to it: the scheduler removes it a moment later, and the client's own process
+#: reports why it ended (Dask logs only client comms with this message).
 _DUPLICATES = {
     "distributed.worker": re.compile(
         "Compute Failed|Failed to communicate with scheduler during heartbeat"),
     "distributed.scheduler": re.compile(
         r"Removing worker .* caused the cluster to lose already computed task"
-        r"|Workers .* do not use a nanny and will be terminated without restarting", re.S),
+        r"|Workers .* do not use a nanny and will be terminated without restarting"
+        r"|Closed comm .* while trying to write", re.S),
     "distributed.protocol.pickle": re.compile("Failed to serialize"),
     "distributed.worker.state_machine": re.compile(
         r"Async instruction for .* ended with CancelledError$", re.S),
