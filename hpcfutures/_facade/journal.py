@@ -21,6 +21,7 @@ are never recorded, so failed calls run again.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import functools
 import hashlib
 import logging
@@ -33,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigurationError
-from .._support.journal_files import KEY_SIZE, Entry, JournalReader, JournalWriter, encode_record
+from .._support.journal_files import (
+    KEY_SIZE,
+    Entry,
+    JournalReader,
+    JournalWriter,
+    encode_record,
+    payload_of,
+)
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
 
@@ -41,6 +49,8 @@ __all__ = ["Journal", "function_digest", "journal_name", "open_journal", "resume
 
 logger = logging.getLogger("hpcfutures")
 
+#: Values among map items that may hold a future (then keyed one by one).
+_MAY_HOLD_FUTURES = (cf.Future, list, tuple, set, dict)
 #: Plain values a function may name from its module: their value is in its fingerprint.
 _SIMPLE = (int, float, complex, str, bytes, bool, type(None))
 
@@ -238,7 +248,7 @@ class Journal:
         entry = self._found(key)
         if entry is not None:
             future = TaskFuture()
-            settle(future, result=pickle.loads(entry.payload()))
+            settle(future, result=pickle.loads(payload_of(entry)))
         else:
             future = bridge.submit(fn, args, kwargs)
             if key is not None:
@@ -252,21 +262,17 @@ class Journal:
                   ) -> tuple[list[Entry | None], list[tuple], list[bytes | None]]:
         """For each item its recorded entry or None; the items to run and their keys."""
         digest = self._function_digest(fn)
-        found: list[Entry | None] = []
-        missing: list[tuple] = []
-        keys: list[bytes | None] = []
+        keys = _plain_keys(digest, items)
+        if keys is None:  # futures or unpicklable values among the items: one by one
+            keys = [self.key(fn, item, {}, digest) for item in items]
         entries = self._reader.entries
-        for item in items:
-            key = self.key(fn, item, {}, digest)
-            entry = None if key is None else entries.get(key)
-            found.append(entry)
-            if entry is None:
-                missing.append(item)
-                keys.append(key)
+        found = [None if key is None else entries.get(key) for key in keys]
+        missing = [item for item, entry in zip(items, found, strict=True) if entry is None]
+        missing_keys = [key for key, entry in zip(keys, found, strict=True) if entry is None]
         with self._lock:
             self.calls += len(items)
             self.resumed += len(items) - len(missing)
-        return found, missing, keys
+        return found, missing, missing_keys
 
     # -------------------------------------------------------------- records
     def _record_future(self, future: Any, key: bytes, name: str) -> None:
@@ -276,19 +282,24 @@ class Journal:
 
     def record(self, key: bytes, name: str, value: Any) -> None:
         """Record one finished call's result (any thread)."""
-        try:
-            payload = _pickled(value)
-        except Exception as err:
-            self._not_journaled(name, err)
-            return
-        self._writer.add(encode_record(key, name, payload))
+        record = self._encoded(key, name, value)
+        if record is not None:
+            self._writer.add(record)
 
     def record_values(self, keys: list[bytes | None], start: int, values: list,
                       name: str) -> None:
         """Record a map chunk's results: ``values`` of the items from ``start`` on."""
-        for key, value in zip(keys[start:start + len(values)], values, strict=False):
-            if key is not None:
-                self.record(key, name, value)
+        records = [self._encoded(key, name, value)
+                   for key, value in zip(keys[start:start + len(values)], values, strict=False)
+                   if key is not None]
+        self._writer.add(*[record for record in records if record is not None])
+
+    def _encoded(self, key: bytes, name: str, value: Any) -> bytes | None:
+        try:
+            return encode_record(key, name, _pickled(value))
+        except Exception as err:
+            self._not_journaled(name, err)
+            return None
 
     def _not_journaled(self, name: str, err: Exception) -> None:
         with self._lock:
@@ -319,6 +330,19 @@ class Journal:
         return line
 
 
+def _plain_keys(digest: bytes, items: list[tuple]) -> list[bytes | None] | None:
+    """Every item's key in one tight loop (a rerun of a 100,000-item map), when no
+    item holds a future or a container that might; else None."""
+    if any(isinstance(value, _MAY_HOLD_FUTURES) for item in items for value in item):
+        return None
+    dumps, blake2b = pickle.dumps, hashlib.blake2b
+    try:
+        return [blake2b(digest + dumps((item, ()), 5), digest_size=KEY_SIZE).digest()
+                for item in items]
+    except Exception:
+        return None
+
+
 def resumed_results(found: list[Entry | None],
                     inner: Generator[Any, None, None] | None) -> Iterator[Any]:
     """A map's results in order: recorded ones from the journal, the others as they come."""
@@ -328,7 +352,7 @@ def resumed_results(found: list[Entry | None],
                 assert inner is not None
                 yield next(inner)
             else:
-                yield pickle.loads(entry.payload())
+                yield pickle.loads(payload_of(entry))
     finally:
         if inner is not None:
             inner.close()
