@@ -96,9 +96,9 @@ def _resumed(tmp_path, values=range(10), fn=abs):
     journal = Journal(tmp_path, now)
     found, missing, _ = journal.split_map(fn, [(v,) for v in values])
     recorded = [v for v, entry in zip(values, found, strict=True) if entry is not None]
+    journal.close()  # results are still there after the executor's end (map's lazy iterator)
     assert list(resumed_results([e for e in found if e is not None], None)) == [
         fn(v) for v in recorded]
-    journal.close()
     return recorded, [m[0] for m in missing]
 
 

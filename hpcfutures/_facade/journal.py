@@ -190,6 +190,7 @@ class Journal:
         self._schedule = schedule
         self._writer = JournalWriter(directory, schedule)
         self._reader = JournalReader(directory)
+        self._found_at_start = len(self._reader.entries)
         self._digests: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -230,7 +231,7 @@ class Journal:
 
     def recorded_count(self) -> int:
         """How many calls the journal holds: found at the start plus recorded since."""
-        return len(self._reader.entries) + self._writer.records
+        return self._found_at_start + self._writer.records
 
     # -------------------------------------------------------------- lookups
     def _found(self, key: bytes | None) -> Entry | None:
@@ -322,7 +323,9 @@ class Journal:
         self._schedule(settled.set)
         settled.wait(5.0)
         self._writer.close()
-        self._reader.close()
+        # The reader's maps stay open: a map's iterator may yield recorded results after
+        # the ``with`` block; they close when nothing refers to them any more.
+        self._reader.entries = {}
         line = (f"hpcfutures: resumed {self.resumed} of {self.calls} calls from the journal "
                 f"{self.directory}; {self._writer.records} results recorded now")
         if self.not_journaled:

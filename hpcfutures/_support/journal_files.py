@@ -163,8 +163,9 @@ class JournalReader:
         _scan(view, segment, self.entries)
         if segment.damaged_at is not None:
             logger.warning(
-                "journal: %s is damaged at byte %d of %d (a write interrupted by a kill?); "
-                "the calls recorded from there on run again", path, segment.damaged_at, size)
+                "journal: %s is damaged at byte %d of %d (a write interrupted by a kill, or "
+                "one still under way by another run); the calls recorded from there on run "
+                "again", path, segment.damaged_at, size)
 
     def close(self) -> None:
         self.entries.clear()
