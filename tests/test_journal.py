@@ -21,14 +21,11 @@ def now(callback):
 
 
 def key(fn, *args, **kwargs):
-    return Journal.key(_keyer, fn, args, kwargs)
+    return Journal._key_with(_keyer, function_digest(fn), args, kwargs)
 
 
 class _Keyer:
     """Just enough of a Journal to compute keys, without a directory."""
-
-    def _function_digest(self, fn):
-        return function_digest(fn)
 
     def _stand_in(self, future):
         raise AssertionError("no futures here")
@@ -69,6 +66,7 @@ def test_closure_values_helpers_and_partials_are_covered():
     assert key(_compile(constant, SCALE=2), 1) != key(_compile(constant, SCALE=3), 1)
     assert (key(functools.partial(pow, 2), 3) != key(functools.partial(pow, 3), 3)
             != key(pow, 2, 3))
+    assert key({1: 2}.get, 1) != key({1: 3}.get, 1)  # a built-in method's object
 
 
 def test_keys_do_not_depend_on_string_hashing():
@@ -140,6 +138,8 @@ def test_unpicklable_results_and_exceptions_are_not_recorded(tmp_path, caplog):
     journal.record(b"l" * 32, "make_lock", lock)
     assert [r.getMessage().count("cannot be pickled") for r in caplog.records] == [1]
     assert journal.recorded_count() == 0
+    method = threading.Lock().acquire  # bound to an object that cannot be pickled
+    assert journal.key(method, (), {}) is None and "cannot be fingerprinted" in caplog.text
     assert "2 not journaled" in journal.close()
     assert list(tmp_path.iterdir()) == []  # an empty segment is removed
 

@@ -92,6 +92,9 @@ def _describe(obj: Any, parts: list[bytes], seen: set[int]) -> None:
     elif isinstance(obj, (types.BuiltinFunctionType, type)):
         parts.append(f"ref {getattr(obj, '__module__', '')}."
                      f"{getattr(obj, '__qualname__', repr(obj))}".encode())
+        bound = getattr(obj, "__self__", None)
+        if bound is not None and not isinstance(bound, (types.ModuleType, type)):
+            parts.append(_pickled(bound))  # a built-in method: its object counts (d.get)
     else:  # a callable object: its class's __call__ and its own state
         call = next((c.__dict__["__call__"] for c in type(obj).__mro__
                      if "__call__" in c.__dict__), None)
@@ -196,22 +199,34 @@ class Journal:
         self._lock = threading.Lock()
         self.calls = 0
         self.resumed = 0
-        self._unpicklable: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
         self.not_journaled = 0
 
     # ------------------------------------------------------------ fingerprints
-    def _function_digest(self, fn: Any) -> bytes:
+    def _function_digest(self, fn: Any) -> bytes | None:
+        """``fn``'s digest, computed once per function object; None if it has none."""
         try:
             digest = self._digests.get(fn)
         except TypeError:  # cannot be weakly referenced or hashed: no cache
-            return function_digest(fn)
+            return self._new_digest(fn)
         if digest is None:
-            digest = function_digest(fn)
-            self._digests[fn] = digest
-        return digest
+            digest = self._digests[fn] = self._new_digest(fn) or b""
+        return digest or None
 
-    def key(self, fn: Any, args: tuple, kwargs: dict, digest: bytes | None = None) -> bytes | None:
-        """The call's fingerprint; None if its arguments cannot be pickled."""
+    def _new_digest(self, fn: Any) -> bytes | None:
+        try:
+            return function_digest(fn)
+        except Exception as err:  # e.g. a bound method of an object that cannot be pickled
+            self._not_journaled(journal_name(fn), err, "cannot be fingerprinted")
+            return None
+
+    def key(self, fn: Any, args: tuple, kwargs: dict) -> bytes | None:
+        """The call's fingerprint; None if the function or arguments cannot have one."""
+        return self._key_with(self._function_digest(fn), args, kwargs)
+
+    def _key_with(self, digest: bytes | None, args: tuple, kwargs: dict) -> bytes | None:
+        if digest is None:
+            return None
         try:
             if futures_in(args, kwargs):
                 args = swap_futures(args, self._stand_in)
@@ -219,8 +234,6 @@ class Journal:
             payload = _pickled((args, sorted(kwargs.items()) if kwargs else ()))
         except Exception:
             return None
-        if digest is None:
-            digest = self._function_digest(fn)
         return hashlib.blake2b(digest + payload, digest_size=KEY_SIZE).digest()
 
     def _stand_in(self, future: Any) -> _FutureResult:
@@ -263,9 +276,9 @@ class Journal:
                   ) -> tuple[list[Entry | None], list[tuple], list[bytes | None]]:
         """For each item its recorded entry or None; the items to run and their keys."""
         digest = self._function_digest(fn)
-        keys = _plain_keys(digest, items)
+        keys = None if digest is None else _plain_keys(digest, items)
         if keys is None:  # futures or unpicklable values among the items: one by one
-            keys = [self.key(fn, item, {}, digest) for item in items]
+            keys = [self._key_with(digest, item, {}) for item in items]
         entries = self._reader.entries
         found = [None if key is None else entries.get(key) for key in keys]
         missing = [item for item, entry in zip(items, found, strict=True) if entry is None]
@@ -302,15 +315,17 @@ class Journal:
             self._not_journaled(name, err)
             return None
 
-    def _not_journaled(self, name: str, err: Exception) -> None:
+    def _not_journaled(self, name: str, err: Exception,
+                       problem: str = "has a result that cannot be pickled") -> None:
         with self._lock:
-            self.not_journaled += 1
-            first = name not in self._unpicklable
-            self._unpicklable.add(name)
+            first = (name, problem) not in self._warned
+            self._warned.add((name, problem))
+            if problem.startswith("has a result"):
+                self.not_journaled += 1
         if first:
-            logger.warning("journal: a result of %s cannot be pickled (%s: %s); the call "
-                           "succeeded but is not journaled, so a later run computes it again",
-                           name, type(err).__name__, err)
+            logger.warning("journal: %s %s (%s: %s); its calls run as usual but are not "
+                           "journaled, so a later run computes them again",
+                           name, problem, type(err).__name__, err)
 
     def close(self) -> str:
         """Write everything out; the "resumed N of M" line for this run.
