@@ -82,10 +82,13 @@ def test_keys_do_not_depend_on_string_hashing():
 
 
 # --------------------------------------------------------------- the files
-def _journal(tmp_path, values=range(10), fn=abs, journal=None):
+def _journal(tmp_path, values=range(10), fn=abs, journal=None, chunk=3):
+    """Record ``fn`` over ``values`` as a map would: a record per chunk of results."""
     journal = journal or Journal(tmp_path, now)
     _, missing, keys = journal.split_map(fn, [(v,) for v in values])
-    journal.record_values(keys, 0, [fn(*item) for item in missing], "abs")
+    for start in range(0, len(missing), chunk):
+        journal.record_values(keys, start, [fn(*item) for item in missing[start:start + chunk]],
+                              "abs")
     assert journal.close().startswith(f"hpcfutures: resumed 0 of {len(values)} calls")
     return journal
 
@@ -101,12 +104,14 @@ def _resumed(tmp_path, values=range(10), fn=abs):
 
 
 def test_a_rerun_finds_every_result_and_a_torn_write_is_recomputed(tmp_path):
-    _journal(tmp_path, range(-5, 5))
+    _journal(tmp_path, range(-5, 5))  # records of 3, 3, 3 and 1 results
     assert _resumed(tmp_path, range(-5, 5)) == (list(range(-5, 5)), [])
     segment, = tmp_path.iterdir()
     data = segment.read_bytes()
     segment.write_bytes(data[:-3])  # killed in the middle of the last record
     assert _resumed(tmp_path, range(-5, 5)) == (list(range(-5, 4)), [4])
+    segment.write_bytes(data[:-100])  # ... or of the last two
+    assert _resumed(tmp_path, range(-5, 5)) == (list(range(-5, 1)), [1, 2, 3, 4])
     garbled = bytearray(data)
     garbled[len(data) // 2] ^= 0xFF  # a flipped byte: its record and those after it
     segment.write_bytes(bytes(garbled))
@@ -118,7 +123,7 @@ def test_a_rerun_finds_every_result_and_a_torn_write_is_recomputed(tmp_path):
 def test_concurrent_writers_each_keep_their_own_segment(tmp_path):
     journals = [Journal(tmp_path, now) for _ in range(2)]  # both open before either writes
     threads = [threading.Thread(target=_journal, args=(tmp_path, range(start, start + 500)),
-                                kwargs={"journal": journal})
+                                kwargs={"journal": journal, "chunk": 7})
                for start, journal in zip((0, 250), journals, strict=True)]
     for thread in threads:
         thread.start()

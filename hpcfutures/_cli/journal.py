@@ -28,8 +28,8 @@ def journal_command(directory: str, clear: bool = False) -> int:
         return 0
     stats = journal_stats(path)
     print(f"journal {path}")
-    print(f"  calls:     {stats.calls} recorded ({stats.records} records in "
-          f"{stats.segments} segment file(s))")
+    print(f"  calls:     {stats.calls} recorded ({stats.records} results, repeats included, "
+          f"in {stats.segments} segment file(s))")
     print(f"  size:      {_size(stats.size)}")
     for where, offset in stats.damaged:
         print(f"  damaged:   {where.name} from byte {offset} (a write interrupted by a "

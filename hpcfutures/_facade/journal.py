@@ -296,21 +296,22 @@ class Journal:
 
     def record(self, key: bytes, name: str, value: Any) -> None:
         """Record one finished call's result (any thread)."""
-        record = self._encoded(key, name, value)
-        if record is not None:
-            self._writer.add(record)
+        payload = self._payload(name, value)
+        if payload is not None:
+            self._writer.add(encode_record(name, [(key, payload)]))
 
     def record_values(self, keys: list[bytes | None], start: int, values: list,
                       name: str) -> None:
         """Record a map chunk's results: ``values`` of the items from ``start`` on."""
-        records = [self._encoded(key, name, value)
-                   for key, value in zip(keys[start:start + len(values)], values, strict=False)
-                   if key is not None]
-        self._writer.add(*[record for record in records if record is not None])
+        calls = [(key, payload) for key, value in
+                 zip(keys[start:start + len(values)], values, strict=False)
+                 if key is not None and (payload := self._payload(name, value)) is not None]
+        if calls:
+            self._writer.add(encode_record(name, calls), calls=len(calls))
 
-    def _encoded(self, key: bytes, name: str, value: Any) -> bytes | None:
+    def _payload(self, name: str, value: Any) -> bytes | None:
         try:
-            return encode_record(key, name, _pickled(value))
+            return _pickled(value)
         except Exception as err:
             self._not_journaled(name, err)
             return None
@@ -353,12 +354,17 @@ def _plain_keys(digest: bytes, items: list[tuple]) -> list[bytes | None] | None:
     item holds a future or a container that might; else None."""
     if any(isinstance(value, _MAY_HOLD_FUTURES) for item in items for value in item):
         return None
-    dumps, blake2b = pickle.dumps, hashlib.blake2b
+    dumps, seeded = pickle.dumps, hashlib.blake2b(digest, digest_size=KEY_SIZE)
+    keys: list[bytes | None] = []
+    append = keys.append
     try:
-        return [blake2b(digest + dumps((item, ()), 5), digest_size=KEY_SIZE).digest()
-                for item in items]
+        for item in items:  # a copy of the seeded hash costs less than a new one
+            hashed = seeded.copy()
+            hashed.update(dumps((item, ()), 5))
+            append(hashed.digest())
     except Exception:
         return None
+    return keys
 
 
 def resumed_results(found: list[Entry | None],

@@ -6,10 +6,12 @@
       <host>-<pid>-<token>.hpj    one segment per writing process, never shared
       ...
 
-A segment is a run of records; each record is::
+A segment is a run of records, each the results of one or more calls of one
+function that arrived together (a map chunk, a single call)::
 
     magic "HPJ1" | body length (8 bytes) | CRC-32 of the body (4 bytes) | body
-    body = key (32 bytes) | name length (2 bytes) | function name (UTF-8) | pickled result
+    body = name length (2 bytes) | function name (UTF-8) | call ...
+    call = key (32 bytes) | result length (8 bytes) | pickled result
 
 A process only ever appends to its own segment, so two launches using one
 journal at once never interleave their bytes; readers merge every segment.  A
@@ -54,19 +56,24 @@ SUFFIX = ".hpj"
 MAGIC = b"HPJ1"
 _HEADER = struct.Struct("<4sQI")
 _NAME = struct.Struct("<H")
+_LENGTH = struct.Struct("<Q")
 KEY_SIZE = 32
 #: Seconds between two fsyncs of a segment while results keep coming.
 SYNC_INTERVAL = 10.0
 
 
-def encode_record(key: bytes, name: str, payload: bytes) -> bytes:
-    """One record's bytes: header, then key, function name and pickled result."""
+def encode_record(name: str, calls: list[tuple[bytes, bytes]]) -> bytes:
+    """One record's bytes: the function's name, then each call's key and pickled result."""
     label = name.encode("utf-8", "replace")[:1000]
-    body = b"".join((key, _NAME.pack(len(label)), label, payload))
+    parts = [_NAME.pack(len(label)), label]
+    pack = _LENGTH.pack
+    for key, payload in calls:
+        parts += (key, pack(len(payload)), payload)
+    body = b"".join(parts)
     return _HEADER.pack(MAGIC, len(body), zlib.crc32(body)) + body
 
 
-#: Where one recorded result lies: (segment map, name start, payload start, payload end).
+#: Where one recorded result lies: (segment map, its record's name, result start, end).
 Entry = tuple[mmap.mmap, int, int, int]
 
 
@@ -76,8 +83,10 @@ def payload_of(entry: Entry) -> bytes:
 
 
 def name_of(entry: Entry) -> str:
-    view, name, start, _ = entry
-    return bytes(view[name:start]).decode("utf-8", "replace")
+    view, name, _, _ = entry
+    (length,) = _NAME.unpack_from(view, name)
+    start = name + _NAME.size
+    return bytes(view[start:start + length]).decode("utf-8", "replace")
 
 
 @dataclasses.dataclass
@@ -86,6 +95,7 @@ class Segment:
 
     path: Path
     size: int
+    #: Results it holds (a call recorded twice counts twice).
     records: int = 0
     #: Offset of the first damaged record (a torn write), if any.
     damaged_at: int | None = None
@@ -101,30 +111,37 @@ def _segments(directory: Path) -> list[Path]:
 def _scan(view: mmap.mmap, segment: Segment, entries: dict[bytes, Entry]) -> None:
     """Index every intact record of a segment (the first of each key wins).
 
-    One tight loop: a rerun reads a hundred thousand records in a fraction of
-    a second.
+    Tight loops: a rerun reads a hundred thousand results in a fraction of a second.
     """
     offset, size = 0, len(view)
     memory = memoryview(view)
-    unpack_header, unpack_name = _HEADER.unpack_from, _NAME.unpack_from
-    header, smallest, crc32 = _HEADER.size, KEY_SIZE + _NAME.size, zlib.crc32
+    unpack_header, unpack_name, unpack_length = (
+        _HEADER.unpack_from, _NAME.unpack_from, _LENGTH.unpack_from)
+    header, call_header, crc32 = _HEADER.size, KEY_SIZE + _LENGTH.size, zlib.crc32
     records = 0
     try:
         while offset < size:
             body = offset + header
-            if body > size:
+            if body + _NAME.size > size:
                 break
             magic, length, checksum = unpack_header(view, offset)
             end = body + length
-            if (magic != MAGIC or end > size or length < smallest
+            if (magic != MAGIC or end > size or length < _NAME.size
                     or crc32(memory[body:end]) != checksum):
                 break
-            key = view[body:body + KEY_SIZE]
-            name = body + smallest
-            start = name + unpack_name(view, body + KEY_SIZE)[0]
-            if key not in entries:
-                entries[key] = (view, name, start, end)
-            records += 1
+            position = body + _NAME.size + unpack_name(view, body)[0]
+            while position + call_header <= end:
+                key = view[position:position + KEY_SIZE]
+                start = position + call_header
+                stop = start + unpack_length(view, position + KEY_SIZE)[0]
+                if stop > end:
+                    break
+                if key not in entries:
+                    entries[key] = (view, body, start, stop)
+                records += 1
+                position = stop
+            if position != end:  # a checksum that matches a malformed record: stop trusting
+                break
             offset = end
     finally:
         memory.release()
@@ -201,14 +218,14 @@ class JournalWriter:
         self.records = 0
         self.failed: OSError | None = None
 
-    def add(self, *records: bytes) -> None:
-        """Queue encoded records; they are written at the next flush (soon)."""
+    def add(self, record: bytes, calls: int = 1) -> None:
+        """Queue an encoded record of ``calls`` results; written at the next flush (soon)."""
         with self._lock:
             if self._fd < 0:
                 return
-            self._buffer.extend(records)
-            self._buffered += sum(map(len, records))
-            self.records += len(records)
+            self._buffer.append(record)
+            self._buffered += len(record)
+            self.records += calls
             urgent = self._buffered >= 4 << 20
             schedule = not self._scheduled and not urgent
             self._scheduled = self._scheduled or schedule
