@@ -156,8 +156,9 @@ class JournalReader:
     The segments are memory-mapped: results stay on disk until asked for.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, warn: bool = True) -> None:
         self.directory = directory
+        self._warn = warn
         self.entries: dict[bytes, Entry] = {}
         self.segments: list[Segment] = []
         self._views: list[mmap.mmap] = []
@@ -178,7 +179,7 @@ class JournalReader:
         segment = Segment(path, size)
         self.segments.append(segment)
         _scan(view, segment, self.entries)
-        if segment.damaged_at is not None:
+        if segment.damaged_at is not None and self._warn:
             logger.warning(
                 "journal: %s is damaged at byte %d of %d (a write interrupted by a kill, or "
                 "one still under way by another run); the calls recorded from there on run "
@@ -289,7 +290,7 @@ class JournalStats:
 
 def journal_stats(directory: Path) -> JournalStats:
     """Count the calls a journal holds (each key once), by function name."""
-    reader = JournalReader(directory)
+    reader = JournalReader(directory, warn=False)  # the command lists damage itself
     try:
         functions = Counter(name_of(entry) for entry in reader.entries.values())
         return JournalStats(
