@@ -132,6 +132,10 @@ class TaskBridge:
             self._flush_scheduled = True
         self._loop.call_soon(self._flush)
 
+    def call_soon(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` on the loop thread soon (any thread), after what is queued there."""
+        self._loop.call_soon(callback)
+
     def outstanding(self) -> list[TaskFuture]:
         with self._lock:
             return list(self._outstanding)
