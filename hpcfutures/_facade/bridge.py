@@ -77,6 +77,8 @@ class TaskBridge:
         self._tally: Any = None
         #: How errors name the scheduler's rank and a worker's (set by the client side).
         self.scheduler_pointer = "the scheduler's process probably died; see its output"
+        #: The cause given to the error when the scheduler is lost (allocate: the job ended).
+        self.scheduler_lost_cause: BaseException | None = None
         #: Names the workers that leave early (its ``pointer`` is set by the client side).
         self.roster = WorkerRoster()
 
@@ -171,7 +173,7 @@ class TaskBridge:
         if not self._closing:
             self.break_executor(
                 f"the connection to the scheduler at {self._address} was lost: "
-                f"{self.scheduler_pointer}"
+                f"{self.scheduler_pointer}", self.scheduler_lost_cause
             )
 
     # --------------------------------------------------------------- cluster
