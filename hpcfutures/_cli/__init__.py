@@ -11,6 +11,8 @@ import json
 import sys
 from collections.abc import Sequence
 
+from . import submit
+
 __all__ = ["main"]
 
 
@@ -72,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("file", metavar="FILE", help="the scheduler file given to serve")
     stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
                       help="how long to wait for the launch to confirm (default: 60)")
+    submit.add_commands(commands)  # hpcfutures submit, hpcfutures join
     return parser
 
 
@@ -186,6 +189,8 @@ def _info(as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if hasattr(args, "handler"):
+        return args.handler(args)
     if args.command == "run":
         from .run import run
 

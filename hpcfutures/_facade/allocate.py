@@ -62,7 +62,8 @@ class Allocation:
 
     def __init__(self, system: BatchSystem, request: Request, job_dir: Path,
                  command: Sequence[str], *, token: str | None = None,
-                 environment: dict[str, str] | None = None) -> None:
+                 environment: dict[str, str] | None = None,
+                 status_file: str | None = None) -> None:
         self.system, self.request = system, request
         self.token = token or uuid.uuid4().hex[:12]
         job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -70,7 +71,8 @@ class Allocation:
         self.output = Path(request.output) if request.output else \
             job_dir / f"{request.name}-{self.token}.out"
         request = Request(**{**vars(request), "output": str(self.output)})
-        self.script = system.script(request, command, environment=environment or {})
+        self.script = system.script(request, command, status_file=status_file,
+                                    environment=environment or {})
         self.script_path.write_text(self.script)
         self.job = ""
 

@@ -38,7 +38,7 @@ from .roles import Role, assign_serving_role
 from .scheduler_side import start_scheduler
 from .worker_side import play_worker
 
-__all__ = ["serve", "serving_plan"]
+__all__ = ["join", "serve", "serving_plan"]
 
 #: Worker exit statuses that only mean "a signal stopped me" (SIGINT, SIGTERM).
 _SIGNALLED = {128 + signal.SIGINT, 128 + signal.SIGTERM}
@@ -117,6 +117,37 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
         status = _serving_scheduler_rank(_dask, settings, plan, host, interface, idle_timeout)
     plan.launcher.before_exit(plan.identity, status)
     return status
+
+
+def join(settings: Settings, path: Path, environ: Mapping[str, str] | None = None) -> int:
+    """Serve as a worker of the serving launch behind ``path``, from another job.
+
+    ``hpcfutures serve --join FILE``: the worker jobs ``AllocatedExecutor.scale``
+    adds.  Every process of this job is a worker; each is named after its own
+    launch, so two such jobs never clash.  It leaves (status 0) when the launch
+    stops or retires it as idle (``release_idle_after``).
+    """
+    from .. import _dask
+    from .outside import serving_info
+
+    environ = os.environ if environ is None else environ
+    target = serving_info(path)
+    launcher, reason = choose_launcher(settings, environ)
+    identity = launcher.identity()
+    exchange = SchedulerFileExchange(path, target.launch_id, identity.rank, tombstone=True)
+    plan = Plan(launcher, reason, identity, Role.WORKER, exchange,
+                worker_name=f"{identity.launch_id}-rank-{identity.rank}")
+    quiet_dask_logging(environ)
+    configure_rank_logging(identity.rank, "worker", identity.launch_id, environ,
+                           log_dir=settings.log_dir)
+    host, interface = bind_address(settings, identity, serving=True)
+    launcher.before_worker(identity)
+    try:
+        status = run_until_complete(
+            play_worker(_dask, settings, plan, host, interface, settings.timeout))
+    except LaunchFinished:
+        status = 0
+    return 0 if status in _SIGNALLED else status
 
 
 def _serving_scheduler_rank(_dask, settings: Settings, plan: Plan, host, interface,

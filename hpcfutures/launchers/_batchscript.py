@@ -42,13 +42,13 @@ class JobState(enum.Enum):
 
 # ------------------------------------------------------------------ values
 def parse_walltime(value: float | int | str | None) -> int | None:
-    """Seconds from ``"[D-]HH:MM:SS"``, ``"HH:MM"`` (hours, minutes), seconds, or "90min"."""
+    """Seconds from ``"[D-]HH:MM:SS"``, ``"MM:SS"`` (as Slurm reads it), seconds, or "90min"."""
     if value is None:
         return None
     if isinstance(value, str) and ":" in value:
-        match = re.fullmatch(r"\s*(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?\s*", value)
+        match = re.fullmatch(r"\s*(?:(\d+)-)?(?:(\d+):)?(\d+):(\d{1,2})\s*", value)
         if match is None:
-            raise ValueError(f"time: expected [D-]HH:MM:SS, got {value!r}")
+            raise ValueError(f"time: expected [D-]HH:MM:SS or MM:SS, got {value!r}")
         days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
         total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     else:
