@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import sys
 import threading
 import time
@@ -154,6 +153,13 @@ def await_serving(allocation: Allocation, path: Path, queue_timeout: float | Non
         backoff.sleep(now + POLL_CAP)
 
 
+def adaptive_target(waiting: int, threads: int, jobs: int, minimum: int, maximum: int) -> int:
+    """How many worker jobs adapt() wants: one more while calls wait beyond the threads
+    there are, else as many as now (idle workers leave by themselves), never outside
+    [minimum, maximum]."""
+    return max(minimum, min(maximum, jobs + 1 if waiting > threads else jobs))
+
+
 class AllocatedExecutor(ConnectedExecutor):
     """The executor :func:`allocate` returns: connected to the job it submitted.
 
@@ -172,6 +178,10 @@ class AllocatedExecutor(ConnectedExecutor):
         #: Worker jobs added by scale()/adapt(): each an Allocation.
         self.worker_jobs: list[Allocation] = []
         self._ended = False
+        self._scaling = threading.RLock()
+        self._adapter: threading.Thread | None = None
+        self._adaptive = (0, 0)
+        self._stop_adapting = threading.Event()
         if self._bridge is not None:
             self._bridge.scheduler_pointer = (
                 f"it ran in {allocation}; see its output {allocation.output}")
@@ -197,9 +207,11 @@ class AllocatedExecutor(ConnectedExecutor):
         self.shutdown(wait, cancel_futures=cancel_futures)
 
     def _end_allocation(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
+        self._stop_adapting.set()
+        with self._scaling:
+            if self._ended:
+                return
+            self._ended = True
         for worker_job in self.worker_jobs:
             worker_job.cancel() if worker_job.state() is JobState.PENDING else None
         info = self._outside.exchange.found
@@ -211,8 +223,90 @@ class AllocatedExecutor(ConnectedExecutor):
         for job in (self.allocation, *self.worker_jobs):
             job.leave_queue(LEAVE_GRACE)
 
-    def _cluster_workers(self) -> int:
-        return len(self.worker_memory_limits())
+    # ------------------------------------------------------------ scaling
+    def workers(self) -> int:
+        """How many workers are connected now (the allocation's and the worker jobs')."""
+        with self._lock:
+            bridge = self._usable_bridge()
+        return bridge.workers_now(self._session.settings.timeout)
+
+    def scale(self, jobs: int) -> None:
+        """Keep ``jobs`` worker jobs (one worker each) beside the allocation.
+
+        More are submitted as one job array; fewer: the pending ones are
+        cancelled first, then the newest running ones (their calls are sent
+        again elsewhere).  Workers idle for ``release_idle_after`` (an
+        :func:`allocate` keyword) leave by themselves and their jobs end.
+        """
+        if not isinstance(jobs, int) or jobs < 0:
+            raise ValueError(f"jobs must be a whole number of at least 0, got {jobs!r}")
+        with self._scaling:
+            self._scale(jobs)
+
+    def _scale(self, jobs: int) -> None:
+        if self._worker_request is None or self._ended:
+            raise RuntimeError("this executor's allocation has ended: it cannot scale")
+        live = [(job, job.state()) for job in self.worker_jobs]
+        self.worker_jobs = [job for job, state in live if state is not JobState.GONE]
+        count = sum(job.request.array or 1 for job in self.worker_jobs)
+        if jobs > count:
+            request = Request(**{**vars(self._worker_request), "array": jobs - count})
+            worker_job = Allocation(self.allocation.system, request,
+                                    self.allocation.script_path.parent, self._serve_command)
+            worker_job.submit()
+            self.worker_jobs.append(worker_job)
+            return
+        pending_first = sorted(self.worker_jobs, key=lambda job: dict(live).get(job)
+                               is not JobState.PENDING)
+        for job in reversed(pending_first):
+            size = job.request.array or 1
+            if count - size >= jobs:
+                job.cancel()
+                self.worker_jobs.remove(job)
+                count -= size
+
+    def adapt(self, minimum: int = 0, maximum: int = 4, interval: float = 2.0) -> None:
+        """Grow up to ``maximum`` worker jobs while calls wait, shrink to ``minimum`` when idle.
+
+        Checks every ``interval`` s on a background thread until the executor
+        is left.  Idle workers leave through ``release_idle_after``; this
+        also cancels worker jobs still queued once nothing waits.
+        """
+        if not 0 <= minimum <= maximum:
+            raise ValueError(f"adapt needs 0 <= minimum <= maximum, got {minimum}, {maximum}")
+        self._adaptive = (minimum, maximum)
+        if self._adapter is None:
+            self._adapter = threading.Thread(target=self._adapt_loop, args=(interval,),
+                                             name="hpcfutures-adapt", daemon=True)
+            self._adapter.start()
+
+    def _adapt_loop(self, interval: float) -> None:
+        while not self._stop_adapting.wait(interval):
+            bridge = self._bridge
+            if bridge is None or bridge.broken is not None:
+                return
+            minimum, maximum = self._adaptive
+            current = sum(job.request.array or 1 for job in self.worker_jobs)
+            target = adaptive_target(len(bridge.outstanding()), bridge.worker_threads(),
+                                     current, minimum, maximum)
+            try:
+                if target != current:
+                    self.scale(target)
+                elif not bridge.outstanding():
+                    self._cancel_pending(keep=minimum)
+            except Exception as err:  # never take the user's thread down
+                logger.warning("adapt could not scale to %d worker jobs: %s", target, err)
+
+    def _cancel_pending(self, keep: int) -> None:
+        """Cancel worker jobs still queued, as long as ``keep`` jobs remain."""
+        with self._scaling:
+            count = sum(job.request.array or 1 for job in self.worker_jobs)
+            for job in reversed(list(self.worker_jobs)):
+                size = job.request.array or 1
+                if count - size >= keep and job.state() is JobState.PENDING:
+                    job.cancel()
+                    self.worker_jobs.remove(job)
+                    count -= size
 
 
 def allocate(
@@ -231,6 +325,8 @@ def allocate(
     job_dir: str | os.PathLike[str] = DEFAULT_JOB_DIR,
     python: str | None = None,
     idle_timeout: float | str | None = 600.0,
+    release_idle_after: float | str | None = None,
+    min_workers: int | None = None,
     timeout: float | str | None = None,
     queue_timeout: float | str | None = None,
 ) -> AllocatedExecutor:
@@ -265,6 +361,9 @@ def allocate(
         python: The interpreter the job runs (default: this one).
         idle_timeout: The job stops by itself once no client has been connected
             for this long (a safety net if this process dies); None: never.
+        release_idle_after, min_workers: Workers idle this long leave (their
+            tasks, or their worker jobs, end), keeping ``min_workers``; as for
+            :class:`~hpcfutures.Executor`.
         timeout: How long the running job may take to serve, and every other
             start-up wait (as for connect()).  Default: ``60`` s.
         queue_timeout: How long the job may wait in the queue; then it is
@@ -292,7 +391,11 @@ def allocate(
         serve += ["--timeout", f"{wait_start:g}"]
     command = [*serve, *(["--idle-timeout", f"{to_seconds(idle_timeout):g}"]
                          if idle_timeout is not None else [])]
-    allocation = Allocation(system, request, folder, command, token=token)
+    environment = {name: str(value) for name, value in (
+        ("HPCFUTURES_RELEASE_IDLE_AFTER", release_idle_after),
+        ("HPCFUTURES_MIN_WORKERS", min_workers)) if value is not None}
+    allocation = Allocation(system, request, folder, command, token=token,
+                            environment=environment)
     allocation.submit()
     try:
         from .._support.config import resolve_settings
@@ -304,8 +407,8 @@ def allocate(
                                  memory=request.memory, gpus=gpus, name=f"{job_name}-w",
                                  directives=tuple(directives))
         return AllocatedExecutor(allocation, schedfile, timeout=timeout,
-                                 serve_command=[interpreter, "-m", "hpcfutures", "serve",
-                                                "--join", str(schedfile)],
+                                 serve_command=[interpreter, "-m", "hpcfutures", "join",
+                                                str(schedfile)],
                                  worker_request=worker_request)
     except BaseException:  # Ctrl-C included: nothing may stay in the queue
         allocation.cancel()

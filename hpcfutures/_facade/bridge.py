@@ -195,6 +195,10 @@ class TaskBridge:
                 f"the scheduler at {self._address} did not report its workers' memory "
                 f"within {timeout:g} s (HPCFUTURES_TIMEOUT)") from err
 
+    def workers_now(self, timeout: float) -> int:
+        """Workers connected right now, asked of the scheduler (not from the loop thread)."""
+        return self._loop.run_sync(self._live_workers(), timeout)
+
     def cluster_changed(self, workers: int, threads: int) -> None:
         """The scheduler's word on the workers and threads present (loop thread)."""
         if workers < self._workers:

@@ -31,6 +31,7 @@ from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete, stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
+from ..launchers._identity import Identity
 from ..launchers._schedfile import SchedulerFileExchange
 from .local_workers import join_options
 from .plan import Plan, bind_address, choose_launcher
@@ -39,6 +40,9 @@ from .scheduler_side import start_scheduler
 from .worker_side import play_worker
 
 __all__ = ["join", "serve", "serving_plan"]
+
+#: Where a job's id is found, for the names of workers that join from another job.
+_JOB_ID_VARS = ("SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID")
 
 #: Worker exit statuses that only mean "a signal stopped me" (SIGINT, SIGTERM).
 _SIGNALLED = {128 + signal.SIGINT, 128 + signal.SIGTERM}
@@ -133,15 +137,19 @@ def join(settings: Settings, path: Path, environ: Mapping[str, str] | None = Non
     environ = os.environ if environ is None else environ
     target = serving_info(path)
     launcher, reason = choose_launcher(settings, environ)
-    identity = launcher.identity()
+    # Not the launcher's identity: a job array of workers has no scheduler or client
+    # element, so the launcher's layout rules do not apply. Each process is a worker
+    # of the other launch, named after its own job.
+    job = next((environ[name] for name in _JOB_ID_VARS if environ.get(name)), "")
+    name = f"join-{job or socket.gethostname()}-{os.getpid()}"
+    identity = Identity(launcher=launcher.name, rank=0, size=1, launch_id=name,
+                        single_host=False, reasons=(f"joins the launch behind {path}",))
     exchange = SchedulerFileExchange(path, target.launch_id, identity.rank, tombstone=True)
-    plan = Plan(launcher, reason, identity, Role.WORKER, exchange,
-                worker_name=f"{identity.launch_id}-rank-{identity.rank}")
+    plan = Plan(launcher, reason, identity, Role.WORKER, exchange, worker_name=name)
     quiet_dask_logging(environ)
     configure_rank_logging(identity.rank, "worker", identity.launch_id, environ,
                            log_dir=settings.log_dir)
     host, interface = bind_address(settings, identity, serving=True)
-    launcher.before_worker(identity)
     try:
         status = run_until_complete(
             play_worker(_dask, settings, plan, host, interface, settings.timeout))

@@ -233,8 +233,8 @@ class Slurm(BatchSystem):
             lines.append(d(f"--mem={request.memory}M"))
         if request.gpus:
             lines.append(d(f"--gpus-per-node={request.gpus}"))
-        if request.array:
-            lines.append(d(f"--array=0-{request.array - 1}"))
+        if request.array:  # the elements share the output file
+            lines += [d(f"--array=0-{request.array - 1}"), d("--open-mode=append")]
         if request.output:
             lines.append(d(f"--output={request.output}"))
         return lines
