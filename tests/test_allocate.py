@@ -12,9 +12,13 @@ Afterwards no job is left in the queue and no process is left behind.
 from __future__ import annotations
 
 import os
+import pwd
+import re
+import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -24,6 +28,7 @@ from helpers import (
     require,
     slurm_is_up,
 )
+from test_sge import JOB_USER, cluster  # noqa: F401 -- cluster: test_sge's fixture
 
 import hpcfutures
 from hpcfutures._cli import main as cli
@@ -216,3 +221,34 @@ def test_refused_queued_too_long_and_interrupted_jobs_leave_the_queue(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         hpcfutures.allocate(directives=never, **common)
     assert _squeue("hpcf-alloc-test") == ""
+
+
+# ------------------------------------------------------ the real local Grid Engine
+@pytest.mark.timeout(240)
+def test_allocate_map_and_leave_on_grid_engine(cluster):  # noqa: F811 -- the fixture
+    python, tree = cluster
+    user = pwd.getpwnam(JOB_USER)
+    out = Path(f"/tmp/hpcfutures-sge-allocate-{uuid.uuid4().hex[:8]}")
+    out.mkdir()
+    os.chown(out, user.pw_uid, user.pw_gid)
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "HOME": user.pw_dir, "USER": JOB_USER, "LOGNAME": JOB_USER,
+           "PYTHONPATH": str(tree), "HPCFUTURES_HOST": "127.0.0.1", "HPCFUTURES_TIMEOUT": "60",
+           MARKER_VAR: marker}
+    said = ""
+    try:
+        client = subprocess.run(
+            ["runuser", "-u", JOB_USER, "--", python, "tests/jobs/allocate_job.py", str(out),
+             "basic"], cwd=tree, env=env, capture_output=True, text=True, timeout=180)
+        said = client.stdout + client.stderr
+        print(said, *(f"--- {p}\n{p.read_text()}" for p in out.glob("*.out")))
+        assert client.returncode == 0 and "PASS map" in said and "ALLOCATE DONE" in said
+        job = re.search(r"ALLOCATE JOB (\d+)", said)[1]
+        listing = subprocess.run(["qstat", "-u", JOB_USER], capture_output=True, text=True,
+                                 timeout=30).stdout
+        assert job not in listing.split(), listing
+    finally:
+        for job in re.findall(r"ALLOCATE JOB (\d+)", said):  # only if the test failed
+            subprocess.run(["qdel", job], capture_output=True, timeout=30)
+        assert_no_leftovers(marker, grace=20)
+        shutil.rmtree(out, ignore_errors=True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import getpass
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -440,7 +440,8 @@ def detect_batch_system(environ: Mapping[str, str] | None = None) -> BatchSystem
 
 
 def _user() -> str:
+    """Who runs this process (not $USER, which ``su`` and ``runuser`` may leave behind)."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         return str(os.getuid())
