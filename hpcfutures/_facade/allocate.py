@@ -19,6 +19,7 @@ the job; a job that ends while the executor is open breaks it, with a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -28,7 +29,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import NotServingError, QueueTimeoutError, StartupTimeoutError
 from .._launch.outside import expand_path, serving_info, stop_launch
@@ -182,6 +183,8 @@ class AllocatedExecutor(ConnectedExecutor):
         self._adapter: threading.Thread | None = None
         self._adaptive = (0, 0)
         self._stop_adapting = threading.Event()
+        # An executor never shut down (a notebook closed) still leaves nothing queued.
+        atexit.register(self._end_allocation)
         if self._bridge is not None:
             self._bridge.scheduler_pointer = (
                 f"it ran in {allocation}; see its output {allocation.output}")
@@ -189,7 +192,7 @@ class AllocatedExecutor(ConnectedExecutor):
                 f"{allocation} no longer serves (it ended, was cancelled, or reached its time "
                 f"limit); its output is {allocation.output}")
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any):  # type: ignore[override]
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         try:
             return super().__exit__(exc_type, exc, tb)
         finally:
@@ -212,8 +215,10 @@ class AllocatedExecutor(ConnectedExecutor):
             if self._ended:
                 return
             self._ended = True
+        atexit.unregister(self._end_allocation)
         for worker_job in self.worker_jobs:
-            worker_job.cancel() if worker_job.state() is JobState.PENDING else None
+            if worker_job.state() is JobState.PENDING:
+                worker_job.cancel()
         info = self._outside.exchange.found
         if info is not None and self.allocation.state() is not JobState.GONE:
             try:
