@@ -168,7 +168,8 @@ def slurm_env(tmp_path, monkeypatch):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")]))}
     yield env
-    subprocess.run(["scancel", "-n", "hpcf-alloc-test"], capture_output=True, timeout=30)
+    subprocess.run(["scancel", "-n", "hpcf-alloc-test,hpcf-alloc-test-w"], capture_output=True,
+                   timeout=30)  # only if the test failed
     assert_no_leftovers(marker, grace=20)
 
 
@@ -177,8 +178,8 @@ def slurm_env(tmp_path, monkeypatch):
 def test_allocate_scale_die_and_submit_wait_on_slurm(tmp_path, slurm_env):
     submit = subprocess.Popen(
         [sys.executable, "-m", "hpcfutures", "submit", "-n", "3", "-t", "10:00", "-J",
-         "hpcf-alloc-test", "-o", str(tmp_path / "mc.out"), "--wait", sys.executable,
-         "examples/monte_carlo.py"],
+         "hpcf-alloc-test", "-o", str(tmp_path / "mc.out"), "--job-dir", str(tmp_path),
+         "--wait", sys.executable, "examples/monte_carlo.py"],
         cwd=ROOT, env={**os.environ, **slurm_env}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     client = subprocess.run(

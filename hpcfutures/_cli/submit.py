@@ -45,6 +45,8 @@ def add_commands(commands) -> None:
                         help="the job's output file (default: NAME-ID.out here)")
     submit.add_argument("--directive", action="append", default=[], metavar="LINE",
                         help="a line for the batch script, unchanged (repeatable)")
+    submit.add_argument("--job-dir", default="~/.hpcfutures/jobs", metavar="DIR",
+                        help="where the batch script is kept (default: ~/.hpcfutures/jobs)")
     submit.add_argument("--batch-system", choices=["slurm", "sge", "pbs", "lsf"],
                         help="default: the one whose commands are on PATH")
     submit.add_argument("--wait", action="store_true",
@@ -82,7 +84,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
-    from .._facade.allocate import DEFAULT_JOB_DIR, Allocation
+    from .._facade.allocate import Allocation
     from .._launch.outside import expand_path
     from ..launchers._batchscript import (
         Request,
@@ -105,7 +107,7 @@ def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
                       name=name, output=str(output), directives=tuple(args.directive))
     system = get_batch_system(args.batch_system) if args.batch_system else detect_batch_system()
     status_file = Path(f"{output}.status")
-    allocation = Allocation(system, request, expand_path(DEFAULT_JOB_DIR), command,
+    allocation = Allocation(system, request, expand_path(args.job_dir), command,
                             token=token, status_file=str(status_file))
     if args.dry_run:
         print(allocation.script, end="")

@@ -66,20 +66,21 @@ class Allocation:
                  status_file: str | None = None) -> None:
         self.system, self.request = system, request
         self.token = token or uuid.uuid4().hex[:12]
-        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.script_path = job_dir / f"{request.name}-{self.token}.sh"
         self.output = Path(request.output) if request.output else \
             job_dir / f"{request.name}-{self.token}.out"
         request = Request(**{**vars(request), "output": str(self.output)})
         self.script = system.script(request, command, status_file=status_file,
                                     environment=environment or {})
-        self.script_path.write_text(self.script)
         self.job = ""
 
     def __str__(self) -> str:
         return f"{self.system.title} job {self.job}"
 
     def submit(self) -> str:
+        """Write the script (kept beside the output, for the record) and submit it."""
+        self.script_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.script_path.write_text(self.script)
         self.job = self.system.submit(str(self.script_path))
         logger.info("submitted %s (script %s, output %s)", self, self.script_path, self.output)
         return self.job
