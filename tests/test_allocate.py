@@ -2,7 +2,7 @@
 
 The script writers and the queue readers are checked as text in this process.
 Against the local Slurm, from the host as a notebook would: one client process
-allocates, maps, scales to 3 worker jobs and back, and sees its job die, while
+allocates, maps, scales to 3 worker jobs and back, adapts, and sees its job die, while
 ``hpcfutures submit --wait`` runs the Monte Carlo example beside it; refusals,
 queue timeouts and Ctrl-C are checked in this process (no job ever starts).
 Against the local Grid Engine, as its unprivileged job user: allocate, map, leave.
@@ -188,7 +188,7 @@ def test_allocate_scale_die_and_submit_wait_on_slurm(tmp_path, slurm_env):
     said = client.stdout + client.stderr
     outputs = "\n".join(f"--- {p}\n{p.read_text()}" for p in tmp_path.glob("*.out"))
     print(said)  # shown when the test fails, with the times of each step
-    for check in ("map", "scaled_up", "scaled_down", "died_with_not_serving"):
+    for check in ("map", "scaled_up", "scaled_down", "adapted", "died_with_not_serving"):
         assert f"PASS {check}" in said, (said, outputs)
     assert client.returncode == 0 and "ALLOCATE DONE" in said, (said, outputs)
     assert _squeue("hpcf-alloc-test-w") == "", "worker jobs left in the queue"

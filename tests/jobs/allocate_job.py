@@ -3,7 +3,8 @@
     python tests/jobs/allocate_job.py JOB_DIR MODE
 
 ``full`` (Slurm): allocate (1 node, 1 task), map; scale to 3 worker jobs, see
-them join; scale back to 0 and see them leave; then cancel the job behind the
+them join; scale back to 0 and see them leave; adapt (up to 1 job) while calls
+wait and see it join; then cancel the job behind the
 executor's back and see a waiting call fail with NotServingError as its cause;
 leave.  ``basic`` (Grid Engine): allocate (2 slots), map, leave.
 Prints "PASS <check>" lines, "ALLOCATE JOB <id>" and "ALLOCATE DONE".
@@ -40,6 +41,11 @@ def scaling(ex):
     assert not ex.worker_jobs, ex.worker_jobs
     wait_until(ex.workers, 60, "the worker jobs leaving", done=lambda n: n == 1)
     say("PASS scaled_down")
+    ex.adapt(minimum=0, maximum=1, interval=0.5)
+    waiting = [ex.submit(sleep_then, 3, n) for n in range(4)]  # more than the one thread
+    wait_until(ex.workers, 90, "adapt adding a worker job", done=lambda n: n == 2)
+    assert [f.result(timeout=60) for f in waiting] == list(range(4))
+    say(f"PASS adapted jobs={[j.job for j in ex.worker_jobs]}")
 
 
 def dying(ex):
