@@ -29,6 +29,7 @@ Map of the package (docs/architecture.rst draws it whole)::
 from importlib import metadata as _metadata
 
 from ._errors import (
+    AllocationError,
     BrokenHPCExecutor,
     ConfigurationError,
     HPCFuturesError,
@@ -38,6 +39,7 @@ from ._errors import (
     NestedExecutorError,
     NotEnoughRanksError,
     NotServingError,
+    QueueTimeoutError,
     RemoteTraceback,
     SchedulerFileError,
     SerializationError,
@@ -46,6 +48,7 @@ from ._errors import (
     TaskMemoryError,
     WorkerCrashError,
 )
+from ._facade.allocate import AllocatedExecutor, allocate
 from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from .launchers import AddressExchange, Launcher, SchedulerInfo
@@ -57,6 +60,8 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - a checkout that was
 
 __all__ = [
     "AddressExchange",
+    "AllocatedExecutor",
+    "AllocationError",
     "BrokenHPCExecutor",
     "ConfigurationError",
     "ConnectedExecutor",
@@ -71,6 +76,7 @@ __all__ = [
     "NestedExecutorError",
     "NotEnoughRanksError",
     "NotServingError",
+    "QueueTimeoutError",
     "RemoteTraceback",
     "SchedulerFileError",
     "SchedulerInfo",
@@ -80,6 +86,7 @@ __all__ = [
     "StopTimeoutError",
     "TaskMemoryError",
     "WorkerCrashError",
+    "allocate",
     "connect",
     "stop",
 ]

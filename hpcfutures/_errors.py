@@ -11,7 +11,9 @@
     ├── MissingDependencyError (ImportError)  an optional package a setting needs is absent
     ├── SchedulerFileError (RuntimeError)     unreadable, foreign or unsafe scheduler file
     ├── StartupTimeoutError (TimeoutError)    a peer did not appear before the deadline
+    │   └── QueueTimeoutError                 allocate(): the job stayed queued too long
     ├── StopTimeoutError (TimeoutError)       a serving launch did not confirm its stop
+    ├── AllocationError (RuntimeError)        allocate(), submit: the batch system refused
     ├── NotServingError (ConnectionError)     connect(): no serving launch behind the file
     ├── SerializationError (TypeError,        a call, its arguments or its result could
     │       pickle.PicklingError)             not be pickled
@@ -32,6 +34,7 @@ import pickle
 from concurrent.futures import BrokenExecutor
 
 __all__ = [
+    "AllocationError",
     "BrokenHPCExecutor",
     "ConfigurationError",
     "HPCFuturesError",
@@ -41,6 +44,7 @@ __all__ = [
     "NestedExecutorError",
     "NotEnoughRanksError",
     "NotServingError",
+    "QueueTimeoutError",
     "SchedulerFileError",
     "SerializationError",
     "StartupTimeoutError",
@@ -100,6 +104,17 @@ class SchedulerFileError(HPCFuturesError, RuntimeError):
 
 class StartupTimeoutError(HPCFuturesError, TimeoutError):
     """Something a process waited for at start-up did not happen in time."""
+
+
+class QueueTimeoutError(StartupTimeoutError):
+    """A job that :func:`hpcfutures.allocate` submitted stayed queued past ``queue_timeout``.
+
+    The job has been cancelled; the message says so and names it.
+    """
+
+
+class AllocationError(HPCFuturesError, RuntimeError):
+    """The batch system refused a job (its own message is quoted), or cannot be asked."""
 
 
 class StopTimeoutError(HPCFuturesError, TimeoutError):

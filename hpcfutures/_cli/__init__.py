@@ -11,6 +11,8 @@ import json
 import sys
 from collections.abc import Sequence
 
+from . import submit
+
 __all__ = ["main"]
 
 
@@ -81,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     journal.add_argument("directory", metavar="DIR", help="the journal directory")
     journal.add_argument("--clear", action="store_true",
                          help="remove every recorded result")
+
+    submit.add_commands(commands)  # hpcfutures submit, hpcfutures join
     return parser
 
 
@@ -195,6 +199,8 @@ def _info(as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if hasattr(args, "handler"):
+        return args.handler(args)
     if args.command == "run":
         from .run import run
 

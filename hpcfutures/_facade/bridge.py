@@ -77,6 +77,8 @@ class TaskBridge:
         self._tally: Any = None
         #: How errors name the scheduler's rank and a worker's (set by the client side).
         self.scheduler_pointer = "the scheduler's process probably died; see its output"
+        #: The cause given to the error when the scheduler is lost (allocate: the job ended).
+        self.scheduler_lost_cause: BaseException | None = None
         #: Names the workers that leave early (its ``pointer`` is set by the client side).
         self.roster = WorkerRoster()
 
@@ -175,7 +177,7 @@ class TaskBridge:
         if not self._closing:
             self.break_executor(
                 f"the connection to the scheduler at {self._address} was lost: "
-                f"{self.scheduler_pointer}"
+                f"{self.scheduler_pointer}", self.scheduler_lost_cause
             )
 
     # --------------------------------------------------------------- cluster
@@ -196,6 +198,10 @@ class TaskBridge:
             raise TimeoutError(
                 f"the scheduler at {self._address} did not report its workers' memory "
                 f"within {timeout:g} s (HPCFUTURES_TIMEOUT)") from err
+
+    def workers_now(self, timeout: float) -> int:
+        """Workers connected right now, asked of the scheduler (not from the loop thread)."""
+        return self._loop.run_sync(self._live_workers(), timeout)
 
     def cluster_changed(self, workers: int, threads: int) -> None:
         """The scheduler's word on the workers and threads present (loop thread)."""

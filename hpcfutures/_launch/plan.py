@@ -35,6 +35,9 @@ class Plan:
     identity: Identity
     role: Role
     exchange: AddressExchange | None
+    #: The Dask name of this process's worker, when not ``rank-N`` (a worker that
+    #: joins another launch: ``hpcfutures serve --join``).
+    worker_name: str | None = None
 
     @property
     def peers_exchange(self) -> AddressExchange:

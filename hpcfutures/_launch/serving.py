@@ -31,6 +31,7 @@ from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete, stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
+from ..launchers._identity import Identity
 from ..launchers._schedfile import SchedulerFileExchange
 from .local_workers import join_options
 from .plan import Plan, bind_address, choose_launcher
@@ -38,7 +39,10 @@ from .roles import Role, assign_serving_role
 from .scheduler_side import start_scheduler
 from .worker_side import play_worker
 
-__all__ = ["serve", "serving_plan"]
+__all__ = ["join", "serve", "serving_plan"]
+
+#: Where a job's id is found, for the names of workers that join from another job.
+_JOB_ID_VARS = ("SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID")
 
 #: Worker exit statuses that only mean "a signal stopped me" (SIGINT, SIGTERM).
 _SIGNALLED = {128 + signal.SIGINT, 128 + signal.SIGTERM}
@@ -117,6 +121,41 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
         status = _serving_scheduler_rank(_dask, settings, plan, host, interface, idle_timeout)
     plan.launcher.before_exit(plan.identity, status)
     return status
+
+
+def join(settings: Settings, path: Path, environ: Mapping[str, str] | None = None) -> int:
+    """Serve as a worker of the serving launch behind ``path``, from another job.
+
+    ``hpcfutures serve --join FILE``: the worker jobs ``AllocatedExecutor.scale``
+    adds.  Every process of this job is a worker; each is named after its own
+    launch, so two such jobs never clash.  It leaves (status 0) when the launch
+    stops or retires it as idle (``release_idle_after``).
+    """
+    from .. import _dask
+    from .outside import serving_info
+
+    environ = os.environ if environ is None else environ
+    target = serving_info(path)
+    launcher, reason = choose_launcher(settings, environ)
+    # Not the launcher's identity: a job array of workers has no scheduler or client
+    # element, so the launcher's layout rules do not apply. Each process is a worker
+    # of the other launch, named after its own job.
+    job = next((environ[name] for name in _JOB_ID_VARS if environ.get(name)), "")
+    name = f"join-{job or socket.gethostname()}-{os.getpid()}"
+    identity = Identity(launcher=launcher.name, rank=0, size=1, launch_id=name,
+                        single_host=False, reasons=(f"joins the launch behind {path}",))
+    exchange = SchedulerFileExchange(path, target.launch_id, identity.rank, tombstone=True)
+    plan = Plan(launcher, reason, identity, Role.WORKER, exchange, worker_name=name)
+    quiet_dask_logging(environ)
+    configure_rank_logging(identity.rank, "worker", identity.launch_id, environ,
+                           log_dir=settings.log_dir)
+    host, interface = bind_address(settings, identity, serving=True)
+    try:
+        status = run_until_complete(
+            play_worker(_dask, settings, plan, host, interface, settings.timeout))
+    except LaunchFinished:
+        status = 0
+    return 0 if status in _SIGNALLED else status
 
 
 def _serving_scheduler_rank(_dask, settings: Settings, plan: Plan, host, interface,

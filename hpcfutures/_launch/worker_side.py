@@ -50,7 +50,7 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     try:
         service = _dask.WorkerService(
             info.address,
-            name=f"rank-{identity.rank}",
+            name=plan.worker_name or f"rank-{identity.rank}",
             nthreads=settings.threads_per_worker or identity.threads or 1,
             memory_limit=settings.memory_limit or identity.memory_limit,
             host=host,

@@ -1,0 +1,422 @@
+"""``hpcfutures.allocate``: ask the batch system for workers, and use them from here.
+
+::
+
+    notebook / login node                         the batch system
+    ─────────────────────                         ────────────────
+    allocate(nodes=2, ...) ── script + sbatch ──> job (queued)
+        wait for the queue (queue_timeout) ─────> running: srun hpcfutures serve
+        wait for its scheduler file (timeout) <── rank 0 writes it (0600)
+        connect(file) ── the usual executor ───── submit / map
+    ex.scale(n) ── worker jobs (an array) ──────> hpcfutures serve --join file
+    leave ── stop the launch, cancel what is left: nothing stays in the queue
+
+The job is an ordinary ``hpcfutures serve`` launch, so everything that works
+in one works here, TLS included.  A Ctrl-C or an error while waiting cancels
+the job; a job that ends while the executor is open breaks it, with a
+:class:`NotServingError` as the cause naming the job and its output.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from .._errors import NotServingError, QueueTimeoutError, StartupTimeoutError
+from .._launch.outside import expand_path, serving_info, stop_launch
+from .._support.backoff import Backoff
+from .._support.options import to_seconds
+from ..launchers._batchscript import (
+    BatchSystem,
+    JobState,
+    Request,
+    detect_batch_system,
+    get_batch_system,
+    memory_megabytes,
+    parse_walltime,
+)
+from .connect import ConnectedExecutor
+
+__all__ = ["AllocatedExecutor", "Allocation", "allocate"]
+
+logger = logging.getLogger("hpcfutures")
+
+DEFAULT_JOB_DIR = "~/.hpcfutures/jobs"
+#: Seconds a stopped job may take to leave the queue before it is cancelled.
+LEAVE_GRACE = 10.0
+#: Longest pause between two looks at the queue.
+POLL_CAP = 2.0
+
+
+class Allocation:
+    """One submitted job: its batch system, id, script, scheduler file and output."""
+
+    def __init__(self, system: BatchSystem, request: Request, job_dir: Path,
+                 command: Sequence[str], *, token: str | None = None,
+                 environment: dict[str, str] | None = None,
+                 status_file: str | None = None) -> None:
+        self.system, self.request = system, request
+        self.token = token or uuid.uuid4().hex[:12]
+        self.script_path = job_dir / f"{request.name}-{self.token}.sh"
+        self.output = Path(request.output) if request.output else \
+            job_dir / f"{request.name}-{self.token}.out"
+        request = Request(**{**vars(request), "output": str(self.output)})
+        self.script = system.script(request, command, status_file=status_file,
+                                    environment=environment or {})
+        self.job = ""
+
+    def __str__(self) -> str:
+        return f"{self.system.title} job {self.job}"
+
+    def submit(self) -> str:
+        """Write the script (kept beside the output, for the record) and submit it."""
+        self.script_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.script_path.write_text(self.script)
+        self.job = self.system.submit(str(self.script_path))
+        logger.info("submitted %s (script %s, output %s)", self, self.script_path, self.output)
+        return self.job
+
+    def state(self) -> JobState | None:
+        return self.system.state(self.job)
+
+    def cancel(self) -> None:
+        said = self.system.cancel(self.job)
+        if said is not None and self.state() is not JobState.GONE:
+            logger.warning("could not cancel %s: %s", self, said)
+
+    def output_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.output.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return f"(no output at {self.output} yet)"
+        return "\n".join(text) or "(empty)"
+
+    def leave_queue(self, grace: float) -> None:
+        """Wait up to ``grace`` s for the job to end by itself, then cancel it; wait till gone."""
+        if self._gone_within(grace):
+            return
+        self.cancel()
+        if not self._gone_within(max(grace, 30.0)):
+            logger.warning("%s is still in the queue after it was cancelled", self)
+
+    def _gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        backoff = Backoff(first=0.1, cap=1.0)
+        while self.state() is not JobState.GONE:
+            if time.monotonic() >= deadline:
+                return False
+            backoff.sleep(deadline)
+        return True
+
+
+def await_serving(allocation: Allocation, path: Path, queue_timeout: float | None,
+                  timeout: float) -> None:
+    """Return once the job serves through ``path``; cancel it and raise if it cannot.
+
+    Two deadlines: ``queue_timeout`` while it is queued (None: no limit, as a
+    queue may hold a job for hours), then ``timeout`` from the moment it runs.
+    """
+    started = time.monotonic()
+    running_since: float | None = None
+    backoff = Backoff(first=0.1, cap=POLL_CAP)
+    while True:
+        state = allocation.state()
+        with contextlib.suppress(NotServingError):
+            serving_info(path)
+            return
+        now = time.monotonic()
+        if state is JobState.GONE:
+            raise NotServingError(
+                f"{allocation} ended before it served (scheduler file {path} never written); "
+                f"its output {allocation.output} ends with:\n{allocation.output_tail()}")
+        if state is JobState.RUNNING and running_since is None:
+            running_since = now
+        if running_since is None and queue_timeout is not None and now - started >= queue_timeout:
+            allocation.cancel()
+            raise QueueTimeoutError(
+                f"{allocation} was still queued after queue_timeout={queue_timeout:g} s, so it "
+                f"was cancelled. Ask for less (nodes, time, memory), another partition, or wait "
+                f"longer (queue_timeout=None waits as long as the queue takes)")
+        if running_since is not None and now - running_since >= timeout:
+            allocation.cancel()
+            raise StartupTimeoutError(
+                f"{allocation} ran for {timeout:g} s without writing its scheduler file {path}, "
+                f"so it was cancelled; its output {allocation.output} ends with:\n"
+                f"{allocation.output_tail()}")
+        backoff.sleep(now + POLL_CAP)
+
+
+def adaptive_target(waiting: int, threads: int, jobs: int, minimum: int, maximum: int) -> int:
+    """How many worker jobs adapt() wants: one more while calls wait beyond the threads
+    there are, else as many as now (idle workers leave by themselves), never outside
+    [minimum, maximum]."""
+    return max(minimum, min(maximum, jobs + 1 if waiting > threads else jobs))
+
+
+class AllocatedExecutor(ConnectedExecutor):
+    """The executor :func:`allocate` returns: connected to the job it submitted.
+
+    Leaving it (``with`` exit, :meth:`shutdown`) stops the job and any worker
+    jobs :meth:`scale` added, and waits until none is left in the queue.
+    ``allocation`` is the submitted job (``.job`` its id, ``.output`` its output file).
+    """
+
+    def __init__(self, allocation: Allocation, scheduler_file: Path, *,
+                 timeout: float | str | None = None, serve_command: Sequence[str] = (),
+                 worker_request: Request | None = None) -> None:
+        self.allocation = allocation
+        super().__init__(scheduler_file, timeout=timeout)
+        self._worker_request = worker_request
+        self._serve_command = list(serve_command)
+        #: Worker jobs added by scale()/adapt(): each an Allocation.
+        self.worker_jobs: list[Allocation] = []
+        self._ended = False
+        self._scaling = threading.RLock()
+        self._adapter: threading.Thread | None = None
+        self._adaptive = (0, 0)
+        self._stop_adapting = threading.Event()
+        # An executor never shut down (a notebook closed) still leaves nothing queued.
+        atexit.register(self._end_allocation)
+        if self._bridge is not None:
+            self._bridge.scheduler_pointer = (
+                f"it ran in {allocation}; see its output {allocation.output}")
+            self._bridge.scheduler_lost_cause = NotServingError(
+                f"{allocation} no longer serves (it ended, was cancelled, or reached its time "
+                f"limit); its output is {allocation.output}")
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        try:
+            return super().__exit__(exc_type, exc, tb)
+        finally:
+            self._end_allocation()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Finish the calls (as ``concurrent.futures`` does), then stop the job."""
+        try:
+            super().shutdown(wait, cancel_futures=cancel_futures)
+        finally:
+            self._end_allocation()
+
+    def stop_allocation(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """The same as :meth:`shutdown`: the job is this executor's own."""
+        self.shutdown(wait, cancel_futures=cancel_futures)
+
+    def _end_allocation(self) -> None:
+        self._stop_adapting.set()
+        with self._scaling:
+            if self._ended:
+                return
+            self._ended = True
+        atexit.unregister(self._end_allocation)
+        for worker_job in self.worker_jobs:
+            if worker_job.state() is JobState.PENDING:
+                worker_job.cancel()
+        info = self._outside.exchange.found
+        if info is not None and self.allocation.state() is not JobState.GONE:
+            try:
+                stop_launch(self.scheduler_file, info, self._session.settings.timeout)
+            except Exception as err:  # the job is cancelled below instead
+                logger.info("could not stop %s politely: %s", self.allocation, err)
+        for job in (self.allocation, *self.worker_jobs):
+            job.leave_queue(LEAVE_GRACE)
+
+    # ------------------------------------------------------------ scaling
+    def workers(self) -> int:
+        """How many workers are connected now (the allocation's and the worker jobs')."""
+        with self._lock:
+            bridge = self._usable_bridge()
+        return bridge.workers_now(self._session.settings.timeout)
+
+    def scale(self, jobs: int) -> None:
+        """Keep ``jobs`` worker jobs (one worker each) beside the allocation.
+
+        More are submitted as one job array; fewer: the pending ones are
+        cancelled first, then the newest running ones (their calls are sent
+        again elsewhere).  Workers idle for ``release_idle_after`` (an
+        :func:`allocate` keyword) leave by themselves and their jobs end.
+        """
+        if not isinstance(jobs, int) or jobs < 0:
+            raise ValueError(f"jobs must be a whole number of at least 0, got {jobs!r}")
+        with self._scaling:
+            self._scale(jobs)
+
+    def _scale(self, jobs: int) -> None:
+        if self._worker_request is None or self._ended:
+            raise RuntimeError("this executor's allocation has ended: it cannot scale")
+        live = [(job, job.state()) for job in self.worker_jobs]
+        self.worker_jobs = [job for job, state in live if state is not JobState.GONE]
+        count = sum(job.request.array or 1 for job in self.worker_jobs)
+        if jobs > count:
+            request = Request(**{**vars(self._worker_request), "array": jobs - count})
+            worker_job = Allocation(self.allocation.system, request,
+                                    self.allocation.script_path.parent, self._serve_command)
+            worker_job.submit()
+            self.worker_jobs.append(worker_job)
+            return
+        pending_first = sorted(self.worker_jobs, key=lambda job: dict(live).get(job)
+                               is not JobState.PENDING)
+        for job in reversed(pending_first):
+            size = job.request.array or 1
+            if count - size >= jobs:
+                job.cancel()
+                self.worker_jobs.remove(job)
+                count -= size
+
+    def adapt(self, minimum: int = 0, maximum: int = 4, interval: float = 2.0) -> None:
+        """Grow up to ``maximum`` worker jobs while calls wait, shrink to ``minimum`` when idle.
+
+        Checks every ``interval`` s on a background thread until the executor
+        is left.  Idle workers leave through ``release_idle_after``; this
+        also cancels worker jobs still queued once nothing waits.
+        """
+        if not 0 <= minimum <= maximum:
+            raise ValueError(f"adapt needs 0 <= minimum <= maximum, got {minimum}, {maximum}")
+        self._adaptive = (minimum, maximum)
+        if self._adapter is None:
+            self._adapter = threading.Thread(target=self._adapt_loop, args=(interval,),
+                                             name="hpcfutures-adapt", daemon=True)
+            self._adapter.start()
+
+    def _adapt_loop(self, interval: float) -> None:
+        while not self._stop_adapting.wait(interval):
+            bridge = self._bridge
+            if bridge is None or bridge.broken is not None:
+                return
+            minimum, maximum = self._adaptive
+            current = sum(job.request.array or 1 for job in self.worker_jobs)
+            target = adaptive_target(len(bridge.outstanding()), bridge.worker_threads(),
+                                     current, minimum, maximum)
+            try:
+                if target != current:
+                    self.scale(target)
+                elif not bridge.outstanding():
+                    self._cancel_pending(keep=minimum)
+            except Exception as err:  # never take the user's thread down
+                logger.warning("adapt could not scale to %d worker jobs: %s", target, err)
+
+    def _cancel_pending(self, keep: int) -> None:
+        """Cancel worker jobs still queued, as long as ``keep`` jobs remain."""
+        with self._scaling:
+            count = sum(job.request.array or 1 for job in self.worker_jobs)
+            for job in reversed(list(self.worker_jobs)):
+                size = job.request.array or 1
+                if count - size >= keep and job.state() is JobState.PENDING:
+                    job.cancel()
+                    self.worker_jobs.remove(job)
+                    count -= size
+
+
+def allocate(
+    *,
+    nodes: int = 1,
+    tasks_per_node: int = 1,
+    time: float | str | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    memory: int | str | None = None,
+    gpus: int | None = None,
+    directives: Sequence[str] = (),
+    batch_system: str | None = None,
+    job_name: str = "hpcfutures",
+    parallel_environment: str | None = None,
+    job_dir: str | os.PathLike[str] = DEFAULT_JOB_DIR,
+    python: str | None = None,
+    idle_timeout: float | str | None = 600.0,
+    release_idle_after: float | str | None = None,
+    min_workers: int | None = None,
+    timeout: float | str | None = None,
+    queue_timeout: float | str | None = None,
+) -> AllocatedExecutor:
+    """Submit a serving job to the batch system, wait until it serves, and connect to it.
+
+    ::
+
+        with hpcfutures.allocate(nodes=2, tasks_per_node=8, time="01:00:00",
+                                 partition="debug", account="proj42") as ex:
+            results = list(ex.map(simulate, params))
+        # the job has stopped: nothing is left in the queue
+
+    Args:
+        nodes, tasks_per_node: The shape of the job.  Task 0 runs the Dask
+            scheduler and every other task a worker; a job of one task serves
+            alone, with a worker per CPU it was given.
+        time: The job's time limit: ``"HH:MM:SS"``, ``"D-HH:MM:SS"``, seconds or
+            a duration such as ``"90min"``.  Default: the system's.
+        partition: Slurm's partition; the queue of Grid Engine, PBS and LSF.
+        account: The account (project) charged.
+        memory: Memory per node, such as ``"16GB"``.
+        gpus: GPUs per node.
+        directives: Extra lines for the batch script, passed through unchanged
+            (``["#SBATCH --constraint=haswell"]``).
+        batch_system: ``"slurm"``, ``"sge"``, ``"pbs"`` or ``"lsf"``; default:
+            the one whose commands are on PATH.
+        job_name: The job's name in the queue.
+        parallel_environment: Grid Engine only: the parallel environment of a
+            job with several slots (default ``smp`` on one node, else ``mpi``).
+        job_dir: Where the script, the scheduler file and the job's output go:
+            a directory this machine shares with the job's nodes.
+        python: The interpreter the job runs (default: this one).
+        idle_timeout: The job stops by itself once no client has been connected
+            for this long (a safety net if this process dies); None: never.
+        release_idle_after, min_workers: Workers idle this long leave (their
+            tasks, or their worker jobs, end), keeping ``min_workers``; as for
+            :class:`~hpcfutures.Executor`.
+        timeout: How long the running job may take to serve, and every other
+            start-up wait (as for connect()).  Default: ``60`` s.
+        queue_timeout: How long the job may wait in the queue; then it is
+            cancelled and :class:`QueueTimeoutError` raised.  Default: no limit.
+
+    Raises:
+        AllocationError: the batch system refused the job (its message is quoted).
+        QueueTimeoutError: still queued after ``queue_timeout``.
+        NotServingError: the job ended before it served (its output is quoted).
+        StartupTimeoutError: it ran but did not serve within ``timeout``.
+    """
+    system = get_batch_system(batch_system) if batch_system else detect_batch_system()
+    wait_queue = None if queue_timeout is None else to_seconds(queue_timeout)
+    wait_start = to_seconds(timeout) if timeout is not None else None
+    request = Request(nodes=nodes, tasks_per_node=tasks_per_node, time=parse_walltime(time),
+                      partition=partition, account=account, memory=memory_megabytes(memory),
+                      gpus=gpus, name=job_name, directives=tuple(directives),
+                      parallel_environment=parallel_environment)
+    folder = expand_path(job_dir)
+    token = uuid.uuid4().hex[:12]
+    schedfile = folder / f"{job_name}-{token}.json"
+    interpreter = python or sys.executable
+    serve = [interpreter, "-m", "hpcfutures", "serve", "--scheduler-file", str(schedfile)]
+    if wait_start is not None:
+        serve += ["--timeout", f"{wait_start:g}"]
+    command = [*serve, *(["--idle-timeout", f"{to_seconds(idle_timeout):g}"]
+                         if idle_timeout is not None else [])]
+    environment = {name: str(value) for name, value in (
+        ("HPCFUTURES_RELEASE_IDLE_AFTER", release_idle_after),
+        ("HPCFUTURES_MIN_WORKERS", min_workers)) if value is not None}
+    allocation = Allocation(system, request, folder, command, token=token,
+                            environment=environment)
+    allocation.submit()
+    try:
+        from .._support.config import resolve_settings
+
+        settings = resolve_settings({"timeout": timeout} if timeout is not None else {})
+        await_serving(allocation, schedfile, wait_queue, settings.timeout)
+        worker_request = Request(nodes=1, tasks_per_node=1, time=request.time,
+                                 partition=partition, account=account,
+                                 memory=request.memory, gpus=gpus, name=f"{job_name}-w",
+                                 directives=tuple(directives))
+        return AllocatedExecutor(allocation, schedfile, timeout=timeout,
+                                 serve_command=[interpreter, "-m", "hpcfutures", "join",
+                                                str(schedfile)],
+                                 worker_request=worker_request)
+    except BaseException:  # Ctrl-C included: nothing may stay in the queue
+        allocation.cancel()
+        raise
+

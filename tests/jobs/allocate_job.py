@@ -1,0 +1,80 @@
+"""A notebook's part, from the host: allocate a job, use it, leave; print what happened.
+
+    python tests/jobs/allocate_job.py JOB_DIR MODE
+
+``full`` (Slurm): allocate (1 node, 1 task), map; scale to 3 worker jobs, see
+them join; scale back to 0 and see them leave; adapt (up to 1 job) while calls
+wait and see it join; then cancel the job behind the
+executor's back and see a waiting call fail with NotServingError as its cause;
+leave.  ``basic`` (Grid Engine): allocate (2 slots), map, leave.
+Prints "PASS <check>" lines, "ALLOCATE JOB <id>" and "ALLOCATE DONE".
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from waiting import wait_until
+
+import hpcfutures
+
+START = time.monotonic()
+
+
+def say(line):
+    print(f"{line} (at {time.monotonic() - START:.1f} s)", flush=True)
+
+
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def scaling(ex):
+    ex.scale(3)
+    wait_until(ex.workers, 120, "3 worker jobs joining", done=lambda n: n >= 4)
+    say(f"PASS scaled_up workers={ex.workers()} jobs={[j.job for j in ex.worker_jobs]}")
+    ex.scale(0)
+    assert not ex.worker_jobs, ex.worker_jobs
+    wait_until(ex.workers, 60, "the worker jobs leaving", done=lambda n: n == 1)
+    say("PASS scaled_down")
+    ex.adapt(minimum=0, maximum=1, interval=0.5)
+    waiting = [ex.submit(sleep_then, 3, n) for n in range(4)]  # more than the one thread
+    wait_until(ex.workers, 90, "adapt adding a worker job", done=lambda n: n == 2)
+    assert [f.result(timeout=60) for f in waiting] == list(range(4))
+    say(f"PASS adapted jobs={[j.job for j in ex.worker_jobs]}")
+
+
+def dying(ex):
+    future = ex.submit(sleep_then, 120, "never")
+    subprocess.run(ex.allocation.system.cancel_command(ex.allocation.job), check=True,
+                   timeout=30)
+    try:
+        future.result(timeout=60)
+    except hpcfutures.BrokenHPCExecutor as err:
+        cause = err.__cause__
+        assert isinstance(cause, hpcfutures.NotServingError), repr(cause)
+        assert ex.allocation.job in str(cause) and str(ex.allocation.output) in str(cause)
+        say("PASS died_with_not_serving")
+
+
+def main(job_dir, mode):
+    # One task on Slurm (it serves alone, with a worker on its one CPU): the test's
+    # jobs then fit in the local Slurm's 8 CPUs together. Two slots on Grid Engine.
+    shape = {"nodes": 1, "tasks_per_node": 1 if mode == "full" else 2}
+    with hpcfutures.allocate(**shape, time="00:10:00", job_dir=job_dir, timeout=60,
+                             job_name="hpcf-alloc-test") as ex:
+        say(f"ALLOCATE JOB {ex.allocation.job}")
+        assert sorted(ex.map(abs, range(-20, 0))) == list(range(1, 21))
+        say("PASS map")
+        if mode == "full":
+            scaling(ex)
+            dying(ex)
+    say("ALLOCATE DONE")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
