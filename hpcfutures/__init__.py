@@ -30,6 +30,7 @@ from importlib import metadata as _metadata
 
 from ._errors import (
     AllocationError,
+    AllocationLostError,
     BrokenHPCExecutor,
     ConfigurationError,
     HPCFuturesError,
@@ -62,6 +63,7 @@ __all__ = [
     "AddressExchange",
     "AllocatedExecutor",
     "AllocationError",
+    "AllocationLostError",
     "BrokenHPCExecutor",
     "ConfigurationError",
     "ConnectedExecutor",

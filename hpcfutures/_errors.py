@@ -200,6 +200,16 @@ class BrokenHPCExecutor(HPCFuturesError, BrokenExecutor):
     """
 
 
+class AllocationLostError(NotServingError, BrokenHPCExecutor):
+    """The job behind an :func:`hpcfutures.allocate` executor stopped serving.
+
+    It ended, was cancelled or reached its time limit while calls were
+    outstanding.  Both a :class:`NotServingError` (what happened to the job,
+    with its output file) and a :class:`BrokenHPCExecutor` (the executor
+    cannot run tasks any more), so code written for either catches it.
+    """
+
+
 class RemoteTraceback(Exception):
     """Carries the formatted traceback of a task that failed on a worker.
 

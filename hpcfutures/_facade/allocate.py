@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import NotServingError, QueueTimeoutError, StartupTimeoutError
+from .._errors import AllocationLostError, NotServingError, QueueTimeoutError, StartupTimeoutError
 from .._launch.outside import expand_path, serving_info, stop_launch
 from .._support.backoff import Backoff
 from .._support.options import to_seconds
@@ -189,6 +189,7 @@ class AllocatedExecutor(ConnectedExecutor):
         if self._bridge is not None:
             self._bridge.scheduler_pointer = (
                 f"it ran in {allocation}; see its output {allocation.output}")
+            self._bridge.broken_type = AllocationLostError
             self._bridge.scheduler_lost_cause = NotServingError(
                 f"{allocation} no longer serves (it ended, was cancelled, or reached its time "
                 f"limit); its output is {allocation.output}")

@@ -79,6 +79,9 @@ class TaskBridge:
         self.scheduler_pointer = "the scheduler's process probably died; see its output"
         #: The cause given to the error when the scheduler is lost (allocate: the job ended).
         self.scheduler_lost_cause: BaseException | None = None
+        #: What outstanding futures fail with when the scheduler is lost (an
+        #: allocated executor's says that its job stopped serving).
+        self.broken_type: type[BrokenHPCExecutor] = BrokenHPCExecutor
         #: Names the workers that leave early (its ``pointer`` is set by the client side).
         self.roster = WorkerRoster()
 
@@ -267,7 +270,9 @@ class TaskBridge:
         """Fail every outstanding future: the executor can no longer run tasks."""
         with self._lock:
             if self._broken is None:
-                self._broken = BrokenHPCExecutor(f"hpcfutures executor is broken: {reason}")
+                kind = self.broken_type if cause is self.scheduler_lost_cause else \
+                    BrokenHPCExecutor
+                self._broken = kind(f"hpcfutures executor is broken: {reason}")
                 self._broken.__cause__ = cause
             broken = self._broken
             victims = list(self._outstanding)

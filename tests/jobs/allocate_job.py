@@ -5,7 +5,8 @@
 ``full`` (Slurm): allocate (1 node, 1 task), map; scale to 3 worker jobs, see
 them join; scale back to 0 and see them leave; adapt (up to 1 job) while calls
 wait and see it join; then cancel the job behind the
-executor's back and see a waiting call fail with NotServingError as its cause;
+executor's back and see a waiting call fail with AllocationLostError (a NotServingError and a
+BrokenHPCExecutor) naming the job;
 leave.  ``basic`` (Grid Engine): allocate (2 slots), map, leave.
 Prints "PASS <check>" lines, "ALLOCATE JOB <id>" and "ALLOCATE DONE".
 """
@@ -54,7 +55,9 @@ def dying(ex):
                    timeout=30)
     try:
         future.result(timeout=60)
-    except hpcfutures.BrokenHPCExecutor as err:
+    except hpcfutures.NotServingError as err:
+        assert isinstance(err, hpcfutures.AllocationLostError), repr(err)
+        assert isinstance(err, hpcfutures.BrokenHPCExecutor), repr(err)
         cause = err.__cause__
         assert isinstance(cause, hpcfutures.NotServingError), repr(cause)
         assert ex.allocation.job in str(cause) and str(ex.allocation.output) in str(cause)
