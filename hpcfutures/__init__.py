@@ -44,6 +44,7 @@ from ._errors import (
     StartupTimeoutError,
     StopTimeoutError,
     TaskMemoryError,
+    TimeLimitError,
     WorkerCrashError,
 )
 from ._facade.connect import ConnectedExecutor, connect, stop
@@ -79,6 +80,7 @@ __all__ = [
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
+    "TimeLimitError",
     "WorkerCrashError",
     "connect",
     "stop",

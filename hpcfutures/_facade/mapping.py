@@ -48,6 +48,8 @@ class MapRun(Stream):
         self._outcomes: dict[int, ChunkOutcome] = {}
         self._cond = threading.Condition()
         self._stopped = False
+        #: The executor drained: raised at the first item never sent.
+        self._drain_error: BaseException | None = None
         self.finished = threading.Event()
         #: Told how many calls each chunk brought back; both None unless asked for.
         self._progress = progress
@@ -124,6 +126,15 @@ class MapRun(Stream):
             self._check_finished()
             self._cond.notify_all()
 
+    def drained(self, calls: list, error: BaseException) -> None:
+        """The executor drained: send nothing more, the chunks out finish, and the first
+        item never sent raises ``error`` (the engine handed back ``calls``, unsent)."""
+        with self._cond:
+            self._drain_error = error
+            self._stopped = True
+            self._check_finished()
+            self._cond.notify_all()
+
     def cancel(self) -> None:
         """Send nothing more and cancel the chunks not yet finished."""
         with self._cond:
@@ -157,6 +168,8 @@ class MapRun(Stream):
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"map result {position} not ready before the timeout")
                 if self._stopped and not self._in_flight:
+                    if self._drain_error is not None:
+                        raise self._drain_error
                     raise CancelledError(f"map was cancelled before result {position} was computed")
                 self._cond.wait(remaining)
             return self._outcomes.pop(position)

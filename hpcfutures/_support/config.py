@@ -43,6 +43,10 @@ class Settings:
     log_dir: str | None
     release_idle_after: float | None
     min_workers: int
+    end_time: float | None
+    drain_margin: float | None
+    requeue: bool
+    max_requeues: int
     initializer: Callable[..., Any] | None
     initargs: tuple[Any, ...]
     # END generated: settings
