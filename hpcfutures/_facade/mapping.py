@@ -72,6 +72,7 @@ class MapRun(Stream):
                 future = None
             else:
                 future = self._bridge.send_chunk(self.fn, calls, self._depends)
+                future._position = self._dispatched
                 self._in_flight[future] = self._dispatched
                 self._dispatched += len(calls)
         if future is None:
