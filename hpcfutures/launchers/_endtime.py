@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import os
 import re
 import time
@@ -38,6 +39,9 @@ __all__ = [
     "parse_slurm_end",
 ]
 
+#: The log level of a question that failed: without an answer nothing drains, as
+#: before, and a stale job id in the environment is no reason to warn.
+QUIET = logging.DEBUG
 #: Runs a batch system's command: ``run(command, purpose, env=...)`` -> CompletedProcess | None.
 Runner = Callable[..., Any]
 
@@ -85,7 +89,7 @@ def slurm_end(environ: Mapping[str, str], run: Runner) -> AllocationEnd | None:
         return None
     command = ["squeue", "-h", "-j", job, "-o", "%e"]
     result = run(command, "ask Slurm when the job ends",
-                 env={**environ, "SLURM_TIME_FORMAT": "%s"})
+                 env={**environ, "SLURM_TIME_FORMAT": "%s"}, level=QUIET)
     end = None if result is None else parse_slurm_end(result.stdout)
     return None if end is None else AllocationEnd(end, f"Slurm: squeue -j {job}")
 
@@ -102,7 +106,7 @@ def sge_end(environ: Mapping[str, str], run: Runner) -> AllocationEnd | None:
     spool = environ.get("SGE_JOB_SPOOL_DIR", "")
     if not job or not environ.get("SGE_ROOT"):
         return None
-    result = run(["qstat", "-j", job], "ask Grid Engine for the job's h_rt")
+    result = run(["qstat", "-j", job], "ask Grid Engine for the job's h_rt", level=QUIET)
     limit = None if result is None else parse_sge_h_rt(result.stdout)
     if limit is None:
         return None
@@ -132,7 +136,7 @@ def pbs_end(environ: Mapping[str, str], run: Runner) -> AllocationEnd | None:
     job = environ.get("PBS_JOBID", "").strip()
     if not job:
         return None
-    result = run(["qstat", "-f", job], "ask PBS for the job's walltime")
+    result = run(["qstat", "-f", job], "ask PBS for the job's walltime", level=QUIET)
     end = None if result is None else parse_pbs_end(result.stdout)
     return None if end is None else AllocationEnd(end, f"PBS: walltime of job {job}")
 
@@ -148,7 +152,8 @@ def lsf_end(environ: Mapping[str, str], run: Runner) -> AllocationEnd | None:
     job = environ.get("LSB_JOBID", "").strip()
     if not job:
         return None
-    result = run(["bjobs", "-noheader", "-o", "time_left", job], "ask LSF for the run limit")
+    result = run(["bjobs", "-noheader", "-o", "time_left", job], "ask LSF for the run limit",
+                 level=QUIET)
     left = None if result is None else parse_lsf_time_left(result.stdout)
     return None if left is None else AllocationEnd(time.time() + left,
                                                    f"LSF: run limit of job {job}")
