@@ -367,3 +367,12 @@ def _released(job: str) -> dict[str, str]:
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"],
                        capture_output=True, timeout=30)
     return facts
+
+
+def test_a_margin_of_zero_never_drains(monkeypatch):
+    asked: list = []
+    monkeypatch.setattr(draining, "find_end", lambda *a: asked.append(a))
+    drain = Drain(FakeBridge(), _settings(drain_margin="0")).begin()
+    assert drain._found.is_set() and drain.end is None and not asked
+    with pytest.raises(ConfigurationError, match="drain_margin"):
+        _settings(drain_margin=-5)

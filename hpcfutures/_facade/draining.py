@@ -67,7 +67,13 @@ class Drain:
         self._found = threading.Event()
 
     def begin(self) -> Drain:
-        """Ask for the end in a thread (the batch system may be slow); then watch."""
+        """Ask for the end in a thread (the batch system may be slow); then watch.
+
+        With ``drain_margin=0`` it asks nothing: the executor never drains.
+        """
+        if self._settings.drain_margin == 0:
+            self._found.set()
+            return self
         threading.Thread(target=self._find, name="hpcfutures-end-time", daemon=True).start()
         return self
 

@@ -96,9 +96,10 @@ class Executor(cf.Executor):
             seconds, or an ISO time such as ``"2026-11-30T21:30:00"``. Default: asked of the
             batch system, else unknown. Environment: ``HPCFUTURES_END_TIME``.
         drain_margin: How long before the allocation's end the executor stops sending calls:
-            running calls finish, calls never started fail with ``TimeLimitError``. Seconds, or
-            a duration such as ``"90s"``, ``"5min"`` or ``"1h"``. Default: twice the longest
-            measured call, at least 30 s. Environment: ``HPCFUTURES_DRAIN_MARGIN``.
+            running calls finish, calls never started fail with ``TimeLimitError``; ``0`` never
+            drains (SIGTERM at the end stops the launch, as without a known end). Seconds, or a
+            duration such as ``"90s"`` or ``"5min"``. Default: twice the longest measured call,
+            at least 30 s. Environment: ``HPCFUTURES_DRAIN_MARGIN``.
         requeue: When the executor drained with calls left, put the batch job back in the queue
             (Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun``, LSF
             ``brequeue``), so that a rerun resumes from the journal. Default: ``False``.

@@ -92,6 +92,11 @@ def to_seconds(value: Any, *, zero_ok: bool = False) -> float:
     return seconds
 
 
+def to_margin(value: Any) -> float:
+    """Seconds as :func:`to_seconds` reads them, where 0 is allowed (it means "never")."""
+    return to_seconds(value, zero_ok=True)
+
+
 def _parse_duration(text: str) -> float:
     """Seconds in ``text``; NaN when it is not a duration."""
     text = text.strip()
@@ -244,6 +249,10 @@ SIZE = Kind("int | float | str", "int | float | str", to_memory,
             "Dask's share of the worker's host; ``0``: none", "4GiB", may_be_none=True,
             hint="Bytes, or a size such as ``\"4GiB\"``; ``\"auto\"`` or a fraction such as "
                  "``0.5`` let Dask size it on the worker's host.")
+MARGIN = Kind("float | str", "float", to_margin,
+              "seconds, >= 0 (``0``: never): a number or a duration such as ``90s``, "
+              "``5min``", "5min",
+              hint="Seconds, or a duration such as ``\"90s\"`` or ``\"5min\"``.")
 EPOCH = Kind("float | str", "float", to_epoch,
              "epoch seconds, or an ISO time such as ``2026-11-30T21:30:00``",
              "2026-11-30T21:30:00",
@@ -396,9 +405,10 @@ OPTIONS: tuple[Option, ...] = (
            "When the allocation ends, for a batch system hpcfutures cannot ask (it asks "
            "Slurm, Grid Engine, PBS and LSF itself); the executor drains before it.",
            default_doc="asked of the batch system, else unknown"),
-    Option("drain_margin", SECONDS, None,
+    Option("drain_margin", MARGIN, None,
            "How long before the allocation's end the executor stops sending calls: running "
-           "calls finish, calls never started fail with ``TimeLimitError``.",
+           "calls finish, calls never started fail with ``TimeLimitError``; ``0`` never "
+           "drains (SIGTERM at the end stops the launch, as without a known end).",
            default_doc="twice the longest measured call, at least 30 s"),
     Option("requeue", BOOL, False,
            "When the executor drained with calls left, put the batch job back in the queue "
