@@ -24,7 +24,9 @@ def work(item, markers, seconds):
 if __name__ == "__main__":
     out, items, seconds = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     (out / "markers").mkdir(exist_ok=True)
-    print("RUN", os.environ.get("SLURM_RESTART_COUNT", "0"), flush=True)
+    # Runs so far: Slurm counts them, Grid Engine says 1 once the job was restarted.
+    print("RUN", os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("RESTARTED", "0"),
+          flush=True)
     with hpcfutures.Executor(journal=str(out / "journal"), requeue=True) as ex:
         results = list(ex.map(work, range(items), [str(out / "markers")] * items,
                               [seconds] * items))
