@@ -38,6 +38,8 @@ def metrics(sizes: Sizes) -> list[Metric]:
         Metric("raw_submit", "raw Dask `client.submit` tasks/s", "tasks/s"),
         Metric("sleep", f"{sizes.sleeps} × 10 ms s", "s"),
         Metric("payload", f"{sizes.payload_mib} MiB round trip s", "s"),
+        Metric("journal_ratio", f"{sizes.journal_sleeps} × 10 ms with ÷ without journal", "×"),
+        Metric("journal_rerun", f"rerun of {sizes.journal_rerun} journaled calls s", "s"),
         Metric("shutdown", "shutdown s", "s"),
         Metric("total", "total s", "s"),
     ]
@@ -50,9 +52,11 @@ def figures(bench: Mapping, t0: float, t_return: float) -> dict[str, float]:
     for key in ("map", "map_chunked", "submit", "raw_submit"):
         if key in phases:
             out[key] = phases[key]["tasks_per_s"]
-    for key in ("sleep", "payload"):
+    for key in ("sleep", "payload", "journal_rerun"):
         if key in phases:
             out[key] = phases[key]["seconds"]
+    if "journal_on" in phases and "journal_off" in phases:
+        out["journal_ratio"] = phases["journal_on"]["seconds"] / phases["journal_off"]["seconds"]
     out["shutdown"] = t_return - bench["t_last"]
     out["total"] = t_return - t0
     return out
@@ -89,6 +93,10 @@ TARGETS = (
     Target("ready ≤ 0.7× SLURMRunner", "ready", 0.7, False, "slurmrunner", "ready"),
     Target("shutdown ≤ 0.3 s", "shutdown", 0.3, False),
     Target("total ≤ 0.5× SLURMRunner", "total", 0.5, False, "slurmrunner", "total"),
+    Target("{journal_sleeps} × 10 ms map with a journal ≤ {goal:.3g}× without",
+           "journal_ratio", 1.10, False),
+    Target("rerun finding {journal_rerun} journaled calls ≤ {goal:.3g} s", "journal_rerun", 1.0,
+           False),
 )
 
 
@@ -100,7 +108,7 @@ def evaluate_targets(results: Mapping[str, Mapping], sizes: Sizes) -> list[dict]
         goal = target.goal
         if target.metric == "sleep":  # ideal time scales with the number of 10 ms tasks
             goal = target.goal * sizes.sleeps / SLEEP_REFERENCE_TASKS
-        entry = {"target": target.label.format(sleeps=sizes.sleeps, goal=goal),
+        entry = {"target": target.label.format(goal=goal, **dataclasses.asdict(sizes)),
                  "metric": target.metric, "goal": goal, "at_least": target.at_least,
                  "peer": target.peer, "peer_metric": target.peer_metric,
                  "reference": None, "runners": {}}
@@ -141,6 +149,8 @@ def fmt(value: float | None, unit: str) -> str:
         return "n/a"
     if unit == "tasks/s":
         return f"{value:,.0f}"
+    if unit == "×":
+        return f"{value:.2f}×"
     return f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
 
 
@@ -154,7 +164,8 @@ def _cell(entry: Mapping, result: Mapping) -> str:
     mine = entry["runners"][result["name"]]
     verdict = "met" if mine["met"] else "**not met**"
     if entry["peer"] is None:
-        return f"{mine['value']:.3f} s {verdict}"
+        unit = "×" if entry["metric"] == "journal_ratio" else " s"
+        return f"{mine['value']:.3f}{unit} {verdict}"
     return f"{mine['compared']:.2f}× {verdict}"
 
 

@@ -146,6 +146,8 @@ RUNNERS: tuple[Runner, ...] = (
     Runner("hpcfutures-mpiexec", "hpcfutures, `mpiexec -n 4`", "mpiexec -n 4", True,
            lambda t, r: ["mpiexec", "-n", "4", PY, HPCFUTURES_JOB],
            needs=(_module("mpi4py", "mpi4py mpich"), _mpiexec, _plugin_check("mpi"))),
+    Runner("hpcfutures-journal", "hpcfutures with `journal=`, `python job.py` (Executor(2))",
+           "journal", True, lambda t, r: [PY, _job("hpcfutures_journal_job.py")]),
     Runner("processpool", "ProcessPoolExecutor(2)", "ProcessPoolExecutor", False,
            lambda t, r: [PY, _job("processpool_job.py")]),
     Runner("mpi4py-futures", "mpi4py.futures, `mpiexec -n 3` (2 workers)", "mpi4py.futures",

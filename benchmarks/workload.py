@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Sizes", "identity", "inc", "report", "run_workload", "sizes_from_env", "sleep10ms"]
+__all__ = ["Sizes", "identity", "inc", "report", "run_journal_workload", "run_workload",
+           "sizes_from_env", "sleep10ms"]
 
 #: Prefix of the line the client prints with its measurements.
 BENCH_PREFIX = "BENCH "
@@ -54,9 +55,11 @@ class Sizes:
     trivial: int = 2000        # tasks in the map / submit steps
     sleeps: int = 200          # 10 ms tasks
     payload_mib: int = 40      # size of the bytes argument sent and returned
+    journal_sleeps: int = 2000  # 10 ms tasks mapped with a journal and without
+    journal_rerun: int = 100_000  # trivial calls found in the journal by a rerun
 
 
-QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1)
+QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000)
 
 
 def sizes_from_env(environ=os.environ) -> Sizes:
@@ -147,6 +150,33 @@ def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool =
     payload = os.urandom(sizes.payload_mib << 20)
     rec.step("payload", lambda: ex.submit(identity, payload).result(), payload.__eq__)
     rec.mark("last")
+
+
+def run_journal_workload(make_executor: Callable[..., Any], rec: Recorder, journal: str, *,
+                         sizes: Sizes) -> None:
+    """The journal's cost and gain (``journal=``, hpcfutures only), three executors in turn:
+
+    journal_off     ``map(sleep10ms, range(journal_sleeps))`` without a journal;
+    journal_on      the same map with a fresh journal, which records every result; the same
+                    executor then records ``journal_rerun`` trivial calls (not timed);
+    journal_rerun   a new executor on that journal: ``list(ex.map(inc, range(journal_rerun)))``,
+                    every call found in the journal.
+    """
+    s, r = sizes.journal_sleeps, sizes.journal_rerun
+    with make_executor() as ex:
+        rec.step("first_task", lambda: ex.submit(inc, 0).result(), lambda v: v == 1)
+        rec.mark("ready")
+        rec.step("journal_off", lambda: list(ex.map(sleep10ms, range(s))),
+                 list(range(s)).__eq__)
+    with make_executor(journal=journal) as ex:
+        rec.step("journal_on", lambda: list(ex.map(sleep10ms, range(s))),
+                 list(range(s)).__eq__)
+        rec.step("journal_record", lambda: list(ex.map(inc, range(r))),
+                 list(range(1, r + 1)).__eq__)
+    with make_executor(journal=journal) as ex:
+        rec.step("journal_rerun", lambda: list(ex.map(inc, range(r))),
+                 list(range(1, r + 1)).__eq__)
+        rec.mark("last")
 
 
 def report(rec: Recorder, **extra: Any) -> None:

@@ -18,4 +18,8 @@ set -euo pipefail
 # scratch filesystem you may prefer, e.g.:
 # export HPCFUTURES_SCHEDULER_FILE="/scratch/$USER/hpcfutures-{job_id}.{step_id}.json"
 
+# To survive the time limit, record each result as it arrives: submitting the
+# script again then computes only what is missing (docs/resuming.rst).
+# export HPCFUTURES_JOURNAL="$HOME/journals/hpcfutures-sweep"
+
 srun python3 examples/slurm_sweep.py

@@ -72,6 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("file", metavar="FILE", help="the scheduler file given to serve")
     stop.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
                       help="how long to wait for the launch to confirm (default: 60)")
+
+    journal = commands.add_parser(
+        "journal", help="show what a result journal (journal=DIR) holds, or clear it",
+        description="List the calls a result journal holds, its size and the functions "
+                    "they belong to; --clear removes every recorded result, so every call "
+                    "runs again.")
+    journal.add_argument("directory", metavar="DIR", help="the journal directory")
+    journal.add_argument("--clear", action="store_true",
+                         help="remove every recorded result")
     return parser
 
 
@@ -212,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "stop":
         return _stop(args)
+    if args.command == "journal":
+        from .journal import journal_command
+
+        return journal_command(args.directory, clear=args.clear)
     return _info(args.json)
 
 

@@ -141,6 +141,10 @@ class TaskBridge:
             self._flush_scheduled = True
         self._loop.call_soon(self._flush)
 
+    def call_soon(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` on the loop thread soon (any thread), after what is queued there."""
+        self._loop.call_soon(callback)
+
     def outstanding(self) -> list[TaskFuture]:
         with self._lock:
             return list(self._outstanding)
@@ -199,10 +203,6 @@ class TaskBridge:
         with self._lock:
             self.refused += refused
         return refused
-
-    def call_soon(self, callback: Callable[[], Any]) -> None:
-        """Run ``callback`` on the loop thread (any thread)."""
-        self._loop.call_soon(callback)
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> None:
         """Run ``callback`` on the loop thread in ``delay`` s (loop thread)."""

@@ -23,6 +23,7 @@ import concurrent.futures as cf
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Closer", "exit_status_for", "interpreter_exiting"]
@@ -94,6 +95,8 @@ class Closer:
         self.shut = False
         #: The executor's ``map`` runs still going (their chunks are sent lazily).
         self.map_runs: weakref.WeakSet = weakref.WeakSet()
+        #: Called once every call is done, before the launch ends (the journal's last write).
+        self.when_drained: Callable[[], None] | None = None
         self._ended = threading.Event()
         if bridge is None:
             self.shut = True
@@ -141,6 +144,8 @@ class Closer:
             for run in list(self.map_runs):
                 run.finished.wait()
             cf.wait(self._bridge.outstanding())
+            if self.when_drained is not None:
+                self.when_drained()
             self._session.finish(status)
         finally:
             with _lock:

@@ -53,6 +53,7 @@ class ConnectedExecutor(Executor):
         *,
         # BEGIN generated: connect -- python -m hpcfutures._support.option_sources --write
         timeout: float | str | None = None,
+        journal: str | None = None,
         # END generated: connect
         wait: float | str = 0.0,
     ) -> None:
@@ -90,6 +91,7 @@ def connect(
     *,
     # BEGIN generated: connect -- python -m hpcfutures._support.option_sources --write
     timeout: float | str | None = None,
+    journal: str | None = None,
     # END generated: connect
     wait: float | str = 0.0,
 ) -> ConnectedExecutor:
@@ -101,6 +103,11 @@ def connect(
         timeout: How long any start-up wait may take before a StartupTimeoutError. Seconds, or a
             duration such as ``"90s"``, ``"5min"`` or ``"1h"``. Default: ``60``. Environment:
             ``HPCFUTURES_TIMEOUT``.
+        journal: Directory where each finished call's result is recorded, on a filesystem that
+            later runs see; a later run with the same journal returns the recorded results
+            instead of running those calls again. May use ``{job_id}`` and ``{user}`` like
+            ``scheduler_file``. See the documentation's page on time limits and resuming.
+            Default: none (nothing is recorded). Environment: ``HPCFUTURES_JOURNAL``.
         wait: How long to wait for the file to appear or to become usable (a
             job still queued or starting), in seconds or as a duration such as
             ``"10min"``; default 0: fail at once.
@@ -119,6 +126,7 @@ def stop(
     *,
     # BEGIN generated: connect -- python -m hpcfutures._support.option_sources --write
     timeout: float | str | None = None,
+    journal: str | None = None,
     # END generated: connect
 ) -> None:
     """Stop the serving launch behind ``scheduler_file``; return once it has stopped.

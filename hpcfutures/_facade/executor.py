@@ -10,6 +10,7 @@ whose ``__enter__`` gives ``None``).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, Literal
@@ -19,11 +20,13 @@ from .._launch.session import Session
 from .._remote.initializer import pack_initializer
 from .._support.config import resolve_settings
 from .._support.options import given
+from ..launchers._schedfile import template_fields
 from .arguments import refuse_foreign_futures
 from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
 from .closing import Closer, exit_status_for, interpreter_exiting
 from .draining import Drain
+from .journal import Journal, journal_name, open_journal, resumed_results
 from .mapping import MapRun
 from .progress import open_bar, progress_mode
 
@@ -107,6 +110,11 @@ class Executor(cf.Executor):
         max_requeues: Requeues of one job at most (Slurm counts them in
             ``SLURM_RESTART_COUNT``): stops a job that never gets further from looping. Default:
             ``3``. Environment: ``HPCFUTURES_MAX_REQUEUES``.
+        journal: Directory where each finished call's result is recorded, on a filesystem that
+            later runs see; a later run with the same journal returns the recorded results
+            instead of running those calls again. May use ``{job_id}`` and ``{user}`` like
+            ``scheduler_file``. See the documentation's page on time limits and resuming.
+            Default: none (nothing is recorded). Environment: ``HPCFUTURES_JOURNAL``.
         initializer: Called in every worker process before its first call, also in workers that
             join later, as ``initializer(*initargs)`` (as with ``ProcessPoolExecutor``). If it
             raises, the executor is broken: every pending and later call fails with
@@ -145,6 +153,7 @@ class Executor(cf.Executor):
         drain_margin: float | str | None = None,
         requeue: bool | None = None,
         max_requeues: int | None = None,
+        journal: str | None = None,
         initializer: Callable[..., Any] | None = None,
         initargs: tuple[Any, ...] | None = None,
         # END generated: executor
@@ -165,6 +174,9 @@ class Executor(cf.Executor):
         #: Ends the launch: on shutdown, when this executor is lost, or at interpreter exit.
         self._closer = Closer(self._session, self._bridge, self)
         self._lock = self._closer.lock
+        #: The result journal (journal=PATH), opened on first use: client only.
+        self._journal: Journal | None = None
+        self._journal_pending = self._bridge is not None and settings.journal is not None
 
     def _new_session(self, settings: Any) -> Session:
         """How this executor finds its cluster: by negotiating a role in the launch.
@@ -189,7 +201,34 @@ class Executor(cf.Executor):
 
     # ---------------------------------------------------------------- context
     def __enter__(self) -> Executor | None:  # type: ignore[override]
-        return self if self.is_client else None
+        if not self.is_client:
+            return None
+        try:
+            with self._lock:
+                self._journal_now()
+        except BaseException:
+            self._closer.close(1, wait=True, cancel_futures=True)
+            raise
+        return self
+
+    def _journal_now(self) -> Journal | None:
+        """The journal, opened the first time it is needed (call with the lock held)."""
+        if self._journal_pending:
+            assert self._bridge is not None
+            template = str(self._session.settings.journal)
+            self._journal = open_journal(template, template_fields(self._session.identity),
+                                         self._bridge.call_soon)
+            self._journal_pending = False
+            self._closer.when_drained = self._journal_drained
+            # What a drain's TimeLimitError says about the journal.
+            journal = self._journal
+            self._bridge.journal_note = lambda: (
+                f"the journal {journal.directory} holds {journal.recorded_count()} results")
+        return self._journal
+
+    def _journal_drained(self) -> None:
+        assert self._journal is not None
+        print(self._journal.close(), file=sys.stderr, flush=True)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         failed = exc is not None
@@ -225,6 +264,9 @@ class Executor(cf.Executor):
         with self._lock:
             bridge = self._usable_bridge()
             refuse_foreign_futures(args, kwargs)
+            journal = self._journal_now()
+            if journal is not None:
+                return journal.submit(bridge, fn, args, kwargs)
             return bridge.submit(fn, args, kwargs)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
@@ -251,10 +293,32 @@ class Executor(cf.Executor):
         items = _argument_tuples(iterables)
         with self._lock:
             bridge = self._usable_bridge()
+            journal = self._journal_now()
+            if journal is not None:
+                return self._journaled_map(journal, bridge, fn, items, chunksize, mode,
+                                           end_time)
             bar = None if mode == "off" else open_bar(mode, len(items), fn)
             run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
             self._closer.map_runs.add(run)
         return run.results(end_time)
+
+    def _journaled_map(self, journal: Journal, bridge: TaskBridge, fn: Callable[..., Any],
+                       items: list[tuple[Any, ...]], chunksize: int, mode: str,
+                       end_time: float | None) -> Iterator[Any]:
+        """``map`` where recorded items come from the journal (call with the lock held)."""
+        found, missing, keys = journal.split_map(fn, items)
+        bar = None if mode == "off" else open_bar(mode, len(items), fn)
+        if bar is not None and len(missing) < len(items):
+            bar.advance(len(items) - len(missing))
+        inner = None
+        if missing or bar is not None:
+            name = journal_name(fn)
+            run = MapRun(bridge, fn, missing, chunksize, progress=bar,
+                         record=lambda start, values: journal.record_values(
+                             keys, start, values, name)).start()
+            self._closer.map_runs.add(run)
+            inner = run.results(end_time)
+        return resumed_results(found, inner)
 
     def worker_memory_limits(self) -> dict[str, WorkerMemory]:
         """The memory each connected worker may use, by worker address.

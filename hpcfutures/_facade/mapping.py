@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -36,7 +36,8 @@ class MapRun(Stream):
     """One ``map`` call: a stream of argument tuples; collects chunk outcomes in order."""
 
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
-                 chunksize: int, *, progress: MapProgress | None = None) -> None:
+                 chunksize: int, *, progress: MapProgress | None = None,
+                 record: Callable[[int, list], None] | None = None) -> None:
         super().__init__(fn, items, min_size=chunksize)
         self._bridge = bridge
         self._batcher = bridge.batcher
@@ -54,6 +55,8 @@ class MapRun(Stream):
         #: Told how many calls each chunk brought back; both None unless asked for.
         self._progress = progress
         self._tally = getattr(bridge, "tally", None)
+        #: ``record(start, values)``: each chunk's results as they arrive (the journal).
+        self._record = record
 
     # -------------------------------------------------------------- feeding
     def start(self) -> MapRun:
@@ -91,6 +94,8 @@ class MapRun(Stream):
             else:
                 outcome = _outcome_of(future)
                 self._outcomes[start] = outcome
+                if self._record is not None and outcome.values:
+                    self._record(start, outcome.values)
                 if self._progress is not None or self._tally is not None:
                     self._count(outcome)
                 if outcome.error is not None:
@@ -146,7 +151,7 @@ class MapRun(Stream):
             future.cancel()
 
     # ------------------------------------------------------------- yielding
-    def results(self, end_time: float | None) -> Iterator[Any]:
+    def results(self, end_time: float | None) -> Generator[Any, None, None]:
         """Yield every item's result in order; raise an item's error at its position."""
         position = 0
         try:

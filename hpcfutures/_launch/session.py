@@ -90,6 +90,11 @@ class Session:
             _client_of.add(plan.identity.launch_id)
         return bridge
 
+    @property
+    def identity(self) -> Any:
+        """Who this process is in the launch (an Identity), once negotiated; else None."""
+        return None if self._plan is None else self._plan.identity
+
     def finish(self, status: int) -> None:
         """On the client: end the launch with ``status`` for the other ranks."""
         if self._client_side is not None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigurationError
 from .options import BY_NAME, CONFIG_SECTION, OPTIONS, Option
 
-__all__ = ["Settings", "resolve_option", "resolve_settings"]
+__all__ = ["Settings", "expand_template", "resolve_option", "resolve_settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Settings:
     drain_margin: float | None
     requeue: bool
     max_requeues: int
+    journal: str | None
     initializer: Callable[..., Any] | None
     initargs: tuple[Any, ...]
     # END generated: settings
@@ -132,3 +134,19 @@ def resolve_option(name: str, environ: Mapping[str, str] | None = None,
     environ = os.environ if environ is None else environ
     dask_config = _dask_config() if dask_config is None else dask_config
     return _resolve(BY_NAME[name], {}, environ, dask_config)[0]
+
+
+def expand_template(template: str, fields: Mapping[str, str], option: str) -> Path:
+    """A path option's value with ``{job_id}``, ``{user}`` and the like filled in.
+
+    ``fields`` are the launch's (``launch_id``, ``user`` and what the launcher
+    adds); ``~`` and ``$VARIABLES`` are expanded too.
+    """
+    try:
+        text = template.format(**fields)
+    except (KeyError, IndexError, ValueError) as err:
+        raise ConfigurationError(
+            f"{option} template {template!r} uses an unknown field {err}; "
+            f"available: {', '.join('{' + k + '}' for k in sorted(fields))}"
+        ) from err
+    return Path(os.path.expandvars(os.path.expanduser(text)))

@@ -417,6 +417,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requeues", COUNT, 3,
            "Requeues of one job at most (Slurm counts them in ``SLURM_RESTART_COUNT``): "
            "stops a job that never gets further from looping."),
+    Option("journal", TEXT, None,
+           "Directory where each finished call's result is recorded, on a filesystem that "
+           "later runs see; a later run with the same journal returns the recorded results "
+           "instead of running those calls again. May use ``{job_id}`` and ``{user}`` like "
+           "``scheduler_file``. See the documentation's page on time limits and resuming.",
+           default_doc="none (nothing is recorded)", example="~/journals/sweep"),
     Option("initializer", CALLABLE, None,
            "Called in every worker process before its first call, also in workers that "
            "join later, as ``initializer(*initargs)`` (as with ``ProcessPoolExecutor``). "
@@ -433,7 +439,7 @@ BY_NAME: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 #: The options that :func:`hpcfutures.connect`, ``ConnectedExecutor`` and
 #: :func:`hpcfutures.stop` take as keywords: a client outside the launch
 #: chooses nothing else.
-CONNECT_KEYWORDS: tuple[str, ...] = ("timeout",)
+CONNECT_KEYWORDS: tuple[str, ...] = ("timeout", "journal")
 
 
 def given(namespace: Mapping[str, Any], names: tuple[str, ...] = NAMES) -> dict[str, Any]:

@@ -17,11 +17,14 @@ import stat
 import time
 from pathlib import Path
 
-from .._errors import ConfigurationError, LaunchFinished, SchedulerFileError, StartupTimeoutError
+from .._errors import LaunchFinished, SchedulerFileError, StartupTimeoutError
 from .._support.backoff import Backoff
+from .._support.config import expand_template
 from ._exchange import AddressExchange, SchedulerInfo
+from ._identity import Identity
 
-__all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file"]
+__all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file",
+           "template_fields"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -34,15 +37,12 @@ TOMBSTONE_LIFETIME = 24 * 3600.0
 
 def default_scheduler_file(template: str | None, fields: dict[str, str]) -> Path:
     """Expand the scheduler-file template with the launch's fields."""
-    template = template or DEFAULT_TEMPLATE
-    try:
-        text = template.format(**fields)
-    except (KeyError, IndexError, ValueError) as err:
-        raise ConfigurationError(
-            f"scheduler_file template {template!r} uses an unknown field {err}; "
-            f"available: {', '.join('{' + k + '}' for k in sorted(fields))}"
-        ) from err
-    return Path(os.path.expandvars(os.path.expanduser(text)))
+    return expand_template(template or DEFAULT_TEMPLATE, fields, "scheduler_file")
+
+
+def template_fields(identity: Identity) -> dict[str, str]:
+    """What a path template may use: ``{launch_id}``, ``{user}`` and the launcher's fields."""
+    return {"launch_id": identity.launch_id, "user": _user(), **identity.fields}
 
 
 class SchedulerFileExchange(AddressExchange):
@@ -59,8 +59,7 @@ class SchedulerFileExchange(AddressExchange):
 
     @classmethod
     def for_launch(cls, settings, identity, tombstone: bool = False) -> SchedulerFileExchange:
-        fields = {"launch_id": identity.launch_id, "user": _user(), **identity.fields}
-        path = default_scheduler_file(settings.scheduler_file, fields)
+        path = default_scheduler_file(settings.scheduler_file, template_fields(identity))
         return cls(path, identity.launch_id, identity.rank, tombstone=tombstone)
 
     # ---------------------------------------------------------------- publish

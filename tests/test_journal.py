@@ -1,0 +1,198 @@
+"""The result journal (journal=PATH): fingerprints, the files on disk, the command, two runs."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import threading
+
+import pytest
+from helpers import JOBS, hpcfutures_run, run_job
+
+import hpcfutures
+from hpcfutures._cli import main as cli_main
+from hpcfutures._facade.journal import Journal, function_digest, open_journal, resumed_results
+from hpcfutures._support.journal_files import JournalReader, journal_stats
+
+
+def now(callback):
+    callback()
+
+
+def key(fn, *args, **kwargs):
+    return Journal._key_with(_keyer, function_digest(fn), args, kwargs)
+
+
+class _Keyer:
+    """Just enough of a Journal to compute keys, without a directory."""
+
+    def _stand_in(self, future):
+        raise AssertionError("no futures here")
+
+
+_keyer = _Keyer()
+
+
+# ------------------------------------------------------------- fingerprints
+def _compile(source: str, name: str = "f", **module_globals):
+    namespace = {"__name__": "jobs", **module_globals}
+    exec(compile(source, "<job>", "exec"), namespace)
+    return namespace[name]
+
+
+def test_same_code_same_key_and_each_change_a_new_key():
+    plain = "def f(x, y=2):\n    return x * y + 1\n"
+    same = _compile("# a comment moves it down a line\n\n" + plain)
+    assert key(_compile(plain), 3) == key(same, 3)
+    assert key(_compile(plain), 3) != key(_compile(plain), 4)  # argument
+    assert key(_compile(plain), 3) != key(_compile(plain), 3, y=5)  # keyword argument
+    assert key(_compile(plain), 3) != key(_compile(plain.replace("+ 1", "+ 2")), 3)  # body
+    assert key(_compile(plain), 3) != key(_compile(plain.replace("y=2", "y=3")), 3)  # default
+    assert key(_compile(plain), 3) != key(_compile(plain.replace("def f", "def g"), "g"), 3)
+
+
+def test_closure_values_helpers_and_partials_are_covered():
+    def make(scale):
+        def scaled(x):
+            return x * scale
+        return scaled
+
+    assert key(make(2), 1) == key(make(2), 1)
+    assert key(make(2), 1) != key(make(3), 1)  # closure value
+    helper = "def helper(x):\n    return x + {n}\n\ndef f(x):\n    return helper(x)\n"
+    assert key(_compile(helper.format(n=1)), 1) != key(_compile(helper.format(n=2)), 1)
+    constant = "def f(x):\n    return x * SCALE\n"
+    assert key(_compile(constant, SCALE=2), 1) != key(_compile(constant, SCALE=3), 1)
+    assert (key(functools.partial(pow, 2), 3) != key(functools.partial(pow, 3), 3)
+            != key(pow, 2, 3))
+    assert key({1: 2}.get, 1) != key({1: 3}.get, 1)  # a built-in method's object
+
+
+def test_keys_do_not_depend_on_string_hashing():
+    """A frozenset constant (``x in {"a", "b"}``) iterates in a per-process order."""
+    script = ("import sys; sys.path[:0] = sys.argv[1:]\n"
+              "from hpcfutures._facade.journal import function_digest\n"
+              "def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta'}\n"
+              "print(function_digest(f).hex())\n")
+    digests = {subprocess.run([sys.executable, "-c", script, *sys.path], check=True,
+                              capture_output=True, text=True,
+                              env={"PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(digests) == 1
+
+
+# --------------------------------------------------------------- the files
+def _journal(tmp_path, values=range(10), fn=abs, journal=None, chunk=3):
+    """Record ``fn`` over ``values`` as a map would: a record per chunk of results."""
+    journal = journal or Journal(tmp_path, now)
+    _, missing, keys = journal.split_map(fn, [(v,) for v in values])
+    for start in range(0, len(missing), chunk):
+        journal.record_values(keys, start, [fn(*item) for item in missing[start:start + chunk]],
+                              "abs")
+    assert journal.close().startswith(f"hpcfutures: resumed 0 of {len(values)} calls")
+    return journal
+
+
+def _resumed(tmp_path, values=range(10), fn=abs):
+    journal = Journal(tmp_path, now)
+    found, missing, _ = journal.split_map(fn, [(v,) for v in values])
+    recorded = [v for v, entry in zip(values, found, strict=True) if entry is not None]
+    journal.close()  # results are still there after the executor's end (map's lazy iterator)
+    assert list(resumed_results([e for e in found if e is not None], None)) == [
+        fn(v) for v in recorded]
+    return recorded, [m[0] for m in missing]
+
+
+def test_a_rerun_finds_every_result_and_a_torn_write_is_recomputed(tmp_path):
+    _journal(tmp_path, range(-5, 5))  # records of 3, 3, 3 and 1 results
+    assert _resumed(tmp_path, range(-5, 5)) == (list(range(-5, 5)), [])
+    segment, = tmp_path.iterdir()
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-3])  # killed in the middle of the last record
+    assert _resumed(tmp_path, range(-5, 5)) == (list(range(-5, 4)), [4])
+    segment.write_bytes(data[:-100])  # ... or of the last two
+    assert _resumed(tmp_path, range(-5, 5)) == (list(range(-5, 1)), [1, 2, 3, 4])
+    garbled = bytearray(data)
+    garbled[len(data) // 2] ^= 0xFF  # a flipped byte: its record and those after it
+    segment.write_bytes(bytes(garbled))
+    recorded, missing = _resumed(tmp_path, range(-5, 5))
+    assert recorded == list(range(-5, -5 + len(recorded))) and len(missing) >= 1
+    assert journal_stats(tmp_path).damaged
+
+
+def test_concurrent_writers_each_keep_their_own_segment(tmp_path):
+    journals = [Journal(tmp_path, now) for _ in range(2)]  # both open before either writes
+    threads = [threading.Thread(target=_journal, args=(tmp_path, range(start, start + 500)),
+                                kwargs={"journal": journal, "chunk": 7})
+               for start, journal in zip((0, 250), journals, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(list(tmp_path.iterdir())) == 2
+    reader = JournalReader(tmp_path)
+    assert len(reader.entries) == 750
+    reader.close()
+    assert _resumed(tmp_path, range(750))[1] == []
+
+
+def test_unpicklable_results_and_exceptions_are_not_recorded(tmp_path, caplog):
+    journal = Journal(tmp_path, now)
+    lock = threading.Lock()
+    journal.record(b"k" * 32, "make_lock", lock)
+    journal.record(b"l" * 32, "make_lock", lock)
+    assert [r.getMessage().count("cannot be pickled") for r in caplog.records] == [1]
+    assert journal.recorded_count() == 0
+    method = threading.Lock().acquire  # bound to an object that cannot be pickled
+    assert journal.key(method, (), {}) is None and "cannot be fingerprinted" in caplog.text
+    assert "2 not journaled" in journal.close()
+    assert list(tmp_path.iterdir()) == []  # an empty segment is removed
+
+
+def test_an_unusable_path_names_itself_and_the_fix(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(hpcfutures.ConfigurationError, match="HPCFUTURES_JOURNAL") as caught:
+        open_journal(str(blocker / "{user}"), {"user": "me"}, now)
+    assert str(blocker / "me") in str(caught.value)
+    with pytest.raises(hpcfutures.ConfigurationError, match="unknown field"):
+        open_journal(str(tmp_path / "{nope}"), {"user": "me"}, now)
+
+
+def test_the_journal_command_lists_and_clears(tmp_path, capsys):
+    _journal(tmp_path, range(7), abs)
+    assert cli_main(["journal", str(tmp_path)]) == 0
+    listing = capsys.readouterr().out
+    assert "7 recorded" in listing and "abs" in listing and "size:" in listing
+    assert cli_main(["journal", "--clear", str(tmp_path)]) == 0
+    assert "cleared" in capsys.readouterr().out
+    assert journal_stats(tmp_path).calls == 0
+    assert cli_main(["journal", str(tmp_path / "none")]) == 1
+
+
+# ------------------------------------------------------------ two real runs
+@pytest.mark.timeout(240)
+def test_a_second_run_resumes_from_the_first(tmp_path):
+    """The laptop default records; a run under hpcfutures run resumes all but the failure."""
+    journal, markers = tmp_path / "journal", tmp_path / "markers"
+    markers.mkdir()
+    first = run_job([sys.executable, JOBS / "journal_job.py", journal, markers, "first"],
+                    timeout=120)
+    assert first.returncode == 0
+    assert "UNWRITABLE refused True" in first.stdout
+    assert "resumed 0 of 36 calls from the journal" in first.stderr
+    names = {path.name for path in markers.glob("*-*-*")}
+    ran = {name.rsplit("-", 1)[0] for name in names}
+    assert ran == {f"square-{x}" for x in [*range(30), 100]} | {"fails-1"}
+    second = hpcfutures_run(3, JOBS / "journal_job.py", journal, markers, "second",
+                            timeout=120)
+    assert second.returncode == 0
+    assert "AS_COMPLETED [0, 1, 4] rank 1" in second.stdout  # the client rank of the launch
+    for line in ("AT ONCE", "MAP True", "DEPENDENT 10001", "FAILS ValueError",
+                 "AS_COMPLETED [0, 1, 4]"):
+        assert line in first.stdout and line in second.stdout
+    assert "AT ONCE True" in second.stdout  # a recorded call's future is done at once
+    assert "resumed 35 of 36 calls from the journal" in second.stderr
+    ran_again = [path.name.rsplit("-", 1)[0] for path in markers.glob("*-*-*")
+                 if path.name not in names]
+    assert ran_again == ["fails-1"]  # exceptions are never recorded: only it ran again
