@@ -377,16 +377,16 @@ def test_the_crash_error_says_which_call_it_was():
     too often names its map items."""
     chunk = [(i,) for i in range(10)]
     placed = TaskFuture()
-    placed._position = 20
+    placed._places = range(20, 30)
     first, _, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(0),
                              future=placed)
     assert "job.f (map item 20) crashed its worker" in str(first.exception(0))
     placed = TaskFuture()
-    placed._position = 20
-    _, resent, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(4),
+    placed._places = [3, 7, 8, 9, 12, 13, 14, 15, 16, 17]  # a resumed map: the journal had 4-6
+    _, resent, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(1),
                               future=placed)
     (_, (_, _, _, kwargs, _)), = resent
-    assert "(map item 24)" in str(kwargs["then"])
+    assert "(map item 7)" in str(kwargs["then"])
     alone, _, _, _ = recover((run_task, abs, (-7,), {"big": "x" * 200}, False), culprit_at(0))
     text = str(alone.exception(0))
     assert "job.f (call abs(-7, big='xxxxxxxxxxx" in text and "x" * 40 not in text
@@ -395,6 +395,6 @@ def test_the_crash_error_says_which_call_it_was():
     (_, (_, _, (again,), _, _)), = resent
     assert "(call abs(1))" in str(again[1][1][0])
     lost = TaskFuture()
-    lost._position, lost._losses = 20, MAX_LOSSES
+    lost._places, lost._losses = range(20, 30), MAX_LOSSES
     recover((run_chunk_task, abs, (chunk,), {}, False), None, future=lost)
     assert "(map items 20-29) was running on a worker that was lost" in str(lost.exception(0))

@@ -313,9 +313,11 @@ class Executor(cf.Executor):
         inner = None
         if missing or bar is not None:
             name = journal_name(fn)
+            positions = (None if len(missing) == len(items) else
+                         [place for place, entry in enumerate(found) if entry is None])
             run = MapRun(bridge, fn, missing, chunksize, progress=bar,
                          record=lambda start, values: journal.record_values(
-                             keys, start, values, name)).start()
+                             keys, start, values, name), positions=positions).start()
             self._closer.map_runs.add(run)
             inner = run.results(end_time)
         return resumed_results(found, inner)

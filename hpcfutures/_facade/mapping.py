@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -37,8 +37,12 @@ class MapRun(Stream):
 
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
                  chunksize: int, *, progress: MapProgress | None = None,
-                 record: Callable[[int, list], None] | None = None) -> None:
+                 record: Callable[[int, list], None] | None = None,
+                 positions: Sequence[int] | None = None) -> None:
         super().__init__(fn, items, min_size=chunksize)
+        #: Each item's position in the user's map, when this run holds only some of
+        #: them (the journal had the others); errors name a crashing item by it.
+        self._positions = positions
         self._bridge = bridge
         self._batcher = bridge.batcher
         self._total = len(items)
@@ -75,7 +79,9 @@ class MapRun(Stream):
                 future = None
             else:
                 future = self._bridge.send_chunk(self.fn, calls, self._depends)
-                future._position = self._dispatched
+                start, end = self._dispatched, self._dispatched + len(calls)
+                future._places = (range(start, end) if self._positions is None
+                                  else self._positions[start:end])
                 self._in_flight[future] = self._dispatched
                 self._dispatched += len(calls)
         if future is None:

@@ -29,7 +29,7 @@ import asyncio
 import logging
 import reprlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import WorkerCrashError
@@ -98,7 +98,7 @@ class Recovery:
         culprit = certificate.get("culprit")
         if culprit is not None and culprit.get("key") == key:
             index = int(culprit["index"])
-            call = call_label(recipe, index, future._position)
+            call = call_label(recipe, index, future._places)
             self._blame(future, recipe, index, crash_error(certificate, call))
             if self.crash_status is None:
                 self.crash_status = exit_status_of(certificate)
@@ -108,7 +108,7 @@ class Recovery:
             future._losses += 1
             if future._losses > MAX_LOSSES:
                 settle(future, exception=lost_error(recipe, future._losses, certificate or None,
-                                                    call_label(recipe, None, future._position)))
+                                                    call_label(recipe, None, future._places)))
             else:
                 self._resend(future, recipe)
         if answer.get("none_left"):
@@ -176,7 +176,7 @@ class Recovery:
         future._losses += 1
         if future._losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
             settle(future, exception=lost_error(recipe, future._losses, None,
-                                                call_label(recipe, None, future._position)))
+                                                call_label(recipe, None, future._places)))
         elif not future.done():
             self._resend(future, recipe)
 
@@ -196,21 +196,24 @@ def exit_status_of(certificate: dict[str, Any]) -> int:
         return 128 + int(signal.SIGKILL)
 
 
-def call_label(recipe: tuple, index: int | None, position: int | None) -> str | None:
+def call_label(recipe: tuple, index: int | None, places: Sequence[int] | None) -> str | None:
     """Which call it was: a map item's position, or a submitted call with its arguments.
 
-    ``index`` is the call's place in its group (None: the whole group); ``position``
-    the map position of a chunk's first item.
+    ``index`` is the call's place in its group (None: the whole group); ``places``
+    the map positions of a chunk's items.
     """
     runner, fn, args, kwargs, _depends = recipe
     if runner is run_chunk_task:
-        size = len(args[0])
-        if position is None:
+        if not places:
             return None if index is None else f"item {index} of its map chunk"
-        if index is not None:
-            return f"map item {position + index}"
-        return f"map item {position}" if size == 1 else (
-            f"map items {position}-{position + size - 1}")
+        if index is not None and 0 <= index < len(places):
+            return f"map item {places[index]}"
+        if len(places) == 1:
+            return f"map item {places[0]}"
+        if places[-1] - places[0] == len(places) - 1:
+            return f"map items {places[0]}-{places[-1]}"
+        shown = ", ".join(str(place) for place in places[:5])
+        return f"map items {shown}{', ...' if len(places) > 5 else ''}"
     if runner is run_bundle:
         calls = list(args[0])
         if index is None and len(calls) == 1:
