@@ -103,9 +103,13 @@ class Batcher:
         self._drained = False
 
     # --------------------------------------------------------------- streams
-    def open(self, stream: Stream) -> None:
+    def open(self, stream: Stream) -> bool:
+        """Take ``stream`` in; False (and nothing taken) once the engine drained."""
         with self._lock:
+            if self._drained:
+                return False
             self._streams.append(stream)
+            return True
 
     def close(self, stream: Stream) -> None:
         """Drop what ``stream`` still holds; its groups in flight still count until done."""

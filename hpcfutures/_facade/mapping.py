@@ -67,9 +67,15 @@ class MapRun(Stream):
         """Hand the items to the engine; the bridge's loop thread sends the chunks."""
         with self._cond:
             self._check_finished()  # an empty map is done at once
-        if not self.finished.is_set():
-            self._batcher.open(self)
+        if self.finished.is_set():
+            return self
+        if self._batcher.open(self):
             self._bridge.wake()
+        else:  # the executor drained since this map was accepted: nothing is sent
+            calls = list(self.pending)
+            self.pending.clear()
+            self._bridge.refused += len(calls)
+            self.drained(calls, self._bridge.drained)
         return self
 
     def dispatch(self, calls: list) -> None:
