@@ -47,6 +47,7 @@ from ._errors import (
     StartupTimeoutError,
     StopTimeoutError,
     TaskMemoryError,
+    TimeLimitError,
     WorkerCrashError,
 )
 from ._facade.allocate import AllocatedExecutor, allocate
@@ -87,6 +88,7 @@ __all__ = [
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
+    "TimeLimitError",
     "WorkerCrashError",
     "allocate",
     "connect",

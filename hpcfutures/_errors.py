@@ -20,6 +20,8 @@
     ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
     ├── WorkerCrashError (RuntimeError)       a call killed its worker process (or its
     │                                         worker was lost too often)
+    ├── TimeLimitError (RuntimeError)         a call never started: the executor drained
+    │                                         before the allocation's end
     └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone, or
                                               a worker's initializer raised (its cause)
 
@@ -50,6 +52,7 @@ __all__ = [
     "StartupTimeoutError",
     "StopTimeoutError",
     "TaskMemoryError",
+    "TimeLimitError",
     "WorkerCrashError",
 ]
 
@@ -190,6 +193,19 @@ class WorkerCrashError(HPCFuturesError, RuntimeError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class TimeLimitError(HPCFuturesError, RuntimeError):
+    """A call was never started: the allocation ends soon and the executor drained.
+
+    Before the allocation's end (less the ``drain_margin``) the executor stops
+    sending calls; those already running finish and their futures (and the
+    journal) get their results.  Every call not started by then, and every
+    call submitted later, fails with this one error.  Its message says when
+    the allocation ends and who said so, how many results the journal holds,
+    and how to resume: run the script again with the same ``journal=``
+    (``requeue=True`` does that for a batch job).
+    """
 
 
 class BrokenHPCExecutor(HPCFuturesError, BrokenExecutor):

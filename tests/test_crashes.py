@@ -370,3 +370,31 @@ def _is_worker(pid: int) -> bool:
     except OSError:
         return False
 
+
+
+def test_the_crash_error_says_which_call_it_was():
+    """For a map, the item's position; for a submitted call, its arguments; a call lost
+    too often names its map items."""
+    chunk = [(i,) for i in range(10)]
+    placed = TaskFuture()
+    placed._places = range(20, 30)
+    first, _, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(0),
+                             future=placed)
+    assert "job.f (map item 20) crashed its worker" in str(first.exception(0))
+    placed = TaskFuture()
+    placed._places = [3, 7, 8, 9, 12, 13, 14, 15, 16, 17]  # a resumed map: the journal had 4-6
+    _, resent, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(1),
+                              future=placed)
+    (_, (_, _, _, kwargs, _)), = resent
+    assert "(map item 7)" in str(kwargs["then"])
+    alone, _, _, _ = recover((run_task, abs, (-7,), {"big": "x" * 200}, False), culprit_at(0))
+    text = str(alone.exception(0))
+    assert "job.f (call abs(-7, big='xxxxxxxxxxx" in text and "x" * 40 not in text
+    calls = [(abs, (i,), {}) for i in range(3)]
+    _, resent, _, _ = recover((run_bundle, None, (calls,), {}, False), culprit_at(1))
+    (_, (_, _, (again,), _, _)), = resent
+    assert "(call abs(1))" in str(again[1][1][0])
+    lost = TaskFuture()
+    lost._places, lost._losses = range(20, 30), MAX_LOSSES
+    recover((run_chunk_task, abs, (chunk,), {}, False), None, future=lost)
+    assert "(map items 20-29) was running on a worker that was lost" in str(lost.exception(0))

@@ -175,6 +175,7 @@ def _info(as_json: bool) -> int:
 
             report["local_workers"] = (settings.max_workers or identity.local_workers
                                        or available_cores())
+    report["allocation_end"] = _allocation_end(settings)
     report["settings"] = {
         option.name: {"value": getattr(settings, option.name),
                       "source": settings.sources[option.name]}
@@ -195,6 +196,18 @@ def _info(as_json: bool) -> int:
         else:
             print(f"{key}: {value}")
     return 1 if "error" in report else 0
+
+
+def _allocation_end(settings) -> str:
+    """When the allocation ends and who said so (the executor drains before it)."""
+    from ..launchers._endtime import find_end
+
+    given = settings.sources.get("end_time", "default")
+    end = find_end(settings.end_time, f"end_time from the {given}")
+    if end is None:
+        return ("unknown: no time limit found (Slurm, Grid Engine, PBS, LSF) and no "
+                "HPCFUTURES_END_TIME; the executor drains only on SIGTERM")
+    return str(end)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -83,6 +83,10 @@ class Stream:
         """Send a group the engine cut (called outside the engine's lock)."""
         raise NotImplementedError
 
+    def drained(self, calls: list, error: BaseException) -> None:
+        """The engine drained: ``calls`` (all this stream held) will never be sent."""
+        raise NotImplementedError
+
 
 class Batcher:
     """Cuts groups off every open stream within one in-flight budget (thread-safe)."""
@@ -95,11 +99,17 @@ class Batcher:
         self._in_flight = 0
         self._served = itertools.count()
         self._lock = threading.Lock()
+        #: Set by :meth:`drain`: no group is cut any more.
+        self._drained = False
 
     # --------------------------------------------------------------- streams
-    def open(self, stream: Stream) -> None:
+    def open(self, stream: Stream) -> bool:
+        """Take ``stream`` in; False (and nothing taken) once the engine drained."""
         with self._lock:
+            if self._drained:
+                return False
             self._streams.append(stream)
+            return True
 
     def close(self, stream: Stream) -> None:
         """Drop what ``stream`` still holds; its groups in flight still count until done."""
@@ -135,10 +145,22 @@ class Batcher:
         """Groups that may be out at once: enough to keep every worker thread busy."""
         return IN_FLIGHT_PER_THREAD * max(1, self._threads())
 
+    def drain(self) -> list[tuple[Stream, list]]:
+        """Cut nothing from now on; hand back every stream with the calls it held
+        (for the caller to fail them, outside the lock).  Groups in flight finish."""
+        with self._lock:
+            self._drained = True
+            held = [(stream, list(stream.pending)) for stream in self._streams]
+            for stream in self._streams:
+                stream.pending.clear()
+        return held
+
     def plan(self) -> list[tuple[Stream, list]]:
         """Cut the groups there is room for now; the caller dispatches them in order."""
-        groups = []
+        groups: list[tuple[Stream, list]] = []
         with self._lock:
+            if self._drained:
+                return groups
             budget = self.budget()
             while self._in_flight < budget:
                 stream = self._neediest()

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from .._errors import BrokenHPCExecutor
+from .._errors import BrokenHPCExecutor, TimeLimitError
 from .._remote.calls import run_chunk_task, run_task
 from .._support.loop import LoopThread
 from .arguments import futures_in
@@ -60,6 +60,12 @@ class TaskBridge:
         self._flush_scheduled = False
         self._outstanding: set[TaskFuture] = set()
         self._broken: BrokenHPCExecutor | None = None
+        #: Set once the executor drained before the allocation's end (draining.py).
+        self._drained: TimeLimitError | None = None
+        #: Calls refused by the drain: never started, or submitted after it.
+        self.refused = 0
+        #: What the journal holds, for the drain's message (the journal sets it).
+        self.journal_note: Callable[[], str | None] = _no_journal
         self._closing = False
         self._total_threads = max(1, threads)
         self._workers = 1  # at least the one the client waited for
@@ -103,6 +109,9 @@ class TaskBridge:
         with self._lock:
             if self._broken is not None:
                 raise self._broken
+            if self._drained is not None:
+                self.refused += 1
+                raise self._drained
             self._outstanding.add(future)
             if depends:
                 self._queue.append((future, run_task, fn, args, kwargs, True))
@@ -171,7 +180,47 @@ class TaskBridge:
         with self._lock:
             items = list(self._queue)
             self._queue.clear()
-        self._sender.send_queued(items)
+            drained = self._drained
+        if drained is None:
+            self._sender.send_queued(items)
+        else:  # queued just before the drain: never started
+            for future, *_rest in items:
+                settle(future, exception=drained)
+
+    # ----------------------------------------------------------------- drain
+    def drain(self, error: TimeLimitError) -> int:
+        """Send nothing more: calls not started fail with ``error``, running ones finish.
+
+        Returns how many calls were refused (any thread; only the first drain acts).
+        """
+        with self._lock:
+            if self._drained is not None or self._broken is not None:
+                return 0
+            self._drained = error
+            queued = list(self._queue)
+            self._queue.clear()
+        refused = len(queued)
+        for stream, calls in self.batcher.drain():
+            refused += len(calls)
+            stream.drained(calls, error)
+        for future, *_rest in queued:
+            settle(future, exception=error)
+        with self._lock:
+            self.refused += refused
+        return refused
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` on the loop thread in ``delay`` s (loop thread)."""
+        asyncio.get_running_loop().call_later(delay, callback)
+
+    def ended(self) -> bool:
+        """Whether the executor is closing or broken: no drain is needed any more."""
+        return self._closing or self._broken is not None
+
+    @property
+    def drained(self) -> TimeLimitError | None:
+        """The error of calls never started, once the executor drained."""
+        return self._drained
 
     def _send_held_now(self, future: TaskFuture) -> None:
         self._submits.send_now(future)
@@ -287,3 +336,7 @@ class TaskBridge:
     def closing(self) -> None:
         """From now on, lost Dask futures are part of shutting down, not a failure."""
         self._closing = True
+
+
+def _no_journal() -> str | None:
+    return None

@@ -86,6 +86,11 @@ class SubmitStream(Stream):
             mark_running(future)
         bundle.add_done_callback(lambda done: self._finished(done, calls))
 
+    def drained(self, calls: list, error: BaseException) -> None:
+        """The executor drained: the calls still held here fail with ``error``."""
+        for future, *_rest in calls:
+            settle(future, exception=error)
+
     def send_now(self, future: TaskFuture) -> None:
         """Send a waiting call at once, alone: its future is about to become an argument."""
         call = self._batcher.take_out(self, lambda call: call[0] is future)

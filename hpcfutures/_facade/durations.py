@@ -32,6 +32,11 @@ class Durations:
     def get(self, fn: Callable[..., Any]) -> float | None:
         return self._seconds.get(function_key(fn))
 
+    def longest(self) -> float | None:
+        """The longest estimate of any function so far (None before the first measurement)."""
+        with self._lock:
+            return max(self._seconds.values(), default=None)
+
     def record(self, fn: Callable[..., Any], seconds: float) -> None:
         key = function_key(fn)
         with self._lock:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, Literal
 
+from .._errors import TimeLimitError
 from .._launch.session import Session
 from .._remote.initializer import pack_initializer
 from .._support.config import resolve_settings
@@ -24,6 +25,7 @@ from .arguments import refuse_foreign_futures
 from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
 from .closing import Closer, exit_status_for, interpreter_exiting
+from .draining import Drain
 from .journal import Journal, journal_name, open_journal, resumed_results
 from .mapping import MapRun
 from .progress import open_bar, progress_mode
@@ -92,6 +94,22 @@ class Executor(cf.Executor):
             ``"1h"``. Default: never. Environment: ``HPCFUTURES_RELEASE_IDLE_AFTER``.
         min_workers: Workers kept however idle they are, when ``release_idle_after`` is set.
             Default: ``1``. Environment: ``HPCFUTURES_MIN_WORKERS``.
+        end_time: When the allocation ends, for a batch system hpcfutures cannot ask (it asks
+            Slurm, Grid Engine, PBS and LSF itself); the executor drains before it. Epoch
+            seconds, or an ISO time such as ``"2026-11-30T21:30:00"``. Default: asked of the
+            batch system, else unknown. Environment: ``HPCFUTURES_END_TIME``.
+        drain_margin: How long before the allocation's end the executor stops sending calls:
+            running calls finish, calls never started fail with ``TimeLimitError``; ``0`` never
+            drains (SIGTERM at the end stops the launch, as without a known end). Seconds, or a
+            duration such as ``"90s"`` or ``"5min"``. Default: twice the longest measured call,
+            at least 30 s. Environment: ``HPCFUTURES_DRAIN_MARGIN``.
+        requeue: When the executor drained with calls left, put the batch job back in the queue
+            (Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun``, LSF
+            ``brequeue``), so that a rerun resumes from the journal. Default: ``False``.
+            Environment: ``HPCFUTURES_REQUEUE``.
+        max_requeues: Requeues of one job at most (Slurm counts them in
+            ``SLURM_RESTART_COUNT``): stops a job that never gets further from looping. Default:
+            ``3``. Environment: ``HPCFUTURES_MAX_REQUEUES``.
         journal: Directory where each finished call's result is recorded, on a filesystem that
             later runs see; a later run with the same journal returns the recorded results
             instead of running those calls again. May use ``{job_id}`` and ``{user}`` like
@@ -131,6 +149,10 @@ class Executor(cf.Executor):
         log_dir: str | None = None,
         release_idle_after: float | str | None = None,
         min_workers: int | None = None,
+        end_time: float | str | None = None,
+        drain_margin: float | str | None = None,
+        requeue: bool | None = None,
+        max_requeues: int | None = None,
         journal: str | None = None,
         initializer: Callable[..., Any] | None = None,
         initargs: tuple[Any, ...] | None = None,
@@ -147,6 +169,8 @@ class Executor(cf.Executor):
         self._session = self._new_session(settings)
         bridge = self._session.start(TaskBridge)
         self._bridge: TaskBridge | None = bridge if isinstance(bridge, TaskBridge) else None
+        #: Drains before the allocation's end; requeues the job after it if asked.
+        self._drain = None if self._bridge is None else Drain(self._bridge, settings).begin()
         #: Ends the launch: on shutdown, when this executor is lost, or at interpreter exit.
         self._closer = Closer(self._session, self._bridge, self)
         self._lock = self._closer.lock
@@ -196,6 +220,10 @@ class Executor(cf.Executor):
                                          self._bridge.call_soon)
             self._journal_pending = False
             self._closer.when_drained = self._journal_drained
+            # What a drain's TimeLimitError says about the journal.
+            journal = self._journal
+            self._bridge.journal_note = lambda: (
+                f"the journal {journal.directory} holds {journal.recorded_count()} results")
         return self._journal
 
     def _journal_drained(self) -> None:
@@ -204,8 +232,13 @@ class Executor(cf.Executor):
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         failed = exc is not None
+        # Drained: the calls already running finish (their results reach their futures).
+        drained = isinstance(exc, TimeLimitError)
         self._closer.close(exit_status_for(exc), wait=True, cancel_futures=failed,
-                           abandon_maps=failed)
+                           abandon_maps=failed and not drained)
+        requeued = None if self._drain is None else self._drain.requeue_if_wanted()
+        if requeued is not None:
+            raise SystemExit(requeued)
         return False
 
     # --------------------------------------------------------------- contract
@@ -221,6 +254,9 @@ class Executor(cf.Executor):
             raise RuntimeError("cannot schedule new futures after shutdown")
         if self._bridge.broken is not None:
             raise self._bridge.broken
+        if self._bridge.drained is not None:
+            self._bridge.refused += 1
+            raise self._bridge.drained
         return self._bridge
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> TaskFuture:
@@ -277,9 +313,11 @@ class Executor(cf.Executor):
         inner = None
         if missing or bar is not None:
             name = journal_name(fn)
+            positions = (None if len(missing) == len(items) else
+                         [place for place, entry in enumerate(found) if entry is None])
             run = MapRun(bridge, fn, missing, chunksize, progress=bar,
                          record=lambda start, values: journal.record_values(
-                             keys, start, values, name)).start()
+                             keys, start, values, name), positions=positions).start()
             self._closer.map_runs.add(run)
             inner = run.results(end_time)
         return resumed_results(found, inner)

@@ -13,6 +13,7 @@ failed, the executor broke); :func:`settle` lets the first one win.
 from __future__ import annotations
 
 import concurrent.futures as cf
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["TaskFuture", "mark_running", "settle"]
@@ -34,6 +35,8 @@ class TaskFuture(cf.Future):
         self._losses = 0
         #: A bundle's own futures (their picks are made again if it is sent again).
         self._members: list[TaskFuture] | None = None
+        #: A map chunk's place: the positions of its items in the map (for errors).
+        self._places: Sequence[int] | None = None
 
     def set_result(self, result: Any) -> None:
         self._recipe = self._members = None  # a done future holds no call

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -37,8 +37,12 @@ class MapRun(Stream):
 
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
                  chunksize: int, *, progress: MapProgress | None = None,
-                 record: Callable[[int, list], None] | None = None) -> None:
+                 record: Callable[[int, list], None] | None = None,
+                 positions: Sequence[int] | None = None) -> None:
         super().__init__(fn, items, min_size=chunksize)
+        #: Each item's position in the user's map, when this run holds only some of
+        #: them (the journal had the others); errors name a crashing item by it.
+        self._positions = positions
         self._bridge = bridge
         self._batcher = bridge.batcher
         self._total = len(items)
@@ -49,6 +53,8 @@ class MapRun(Stream):
         self._outcomes: dict[int, ChunkOutcome] = {}
         self._cond = threading.Condition()
         self._stopped = False
+        #: The executor drained: raised at the first item never sent.
+        self._drain_error: BaseException | None = None
         self.finished = threading.Event()
         #: Told how many calls each chunk brought back; both None unless asked for.
         self._progress = progress
@@ -61,9 +67,15 @@ class MapRun(Stream):
         """Hand the items to the engine; the bridge's loop thread sends the chunks."""
         with self._cond:
             self._check_finished()  # an empty map is done at once
-        if not self.finished.is_set():
-            self._batcher.open(self)
+        if self.finished.is_set():
+            return self
+        if self._batcher.open(self):
             self._bridge.wake()
+        else:  # the executor drained since this map was accepted: nothing is sent
+            calls = list(self.pending)
+            self.pending.clear()
+            self._bridge.refused += len(calls)
+            self.drained(calls, self._bridge.drained)
         return self
 
     def dispatch(self, calls: list) -> None:
@@ -73,6 +85,9 @@ class MapRun(Stream):
                 future = None
             else:
                 future = self._bridge.send_chunk(self.fn, calls, self._depends)
+                start, end = self._dispatched, self._dispatched + len(calls)
+                future._places = (range(start, end) if self._positions is None
+                                  else self._positions[start:end])
                 self._in_flight[future] = self._dispatched
                 self._dispatched += len(calls)
         if future is None:
@@ -129,6 +144,15 @@ class MapRun(Stream):
             self._check_finished()
             self._cond.notify_all()
 
+    def drained(self, calls: list, error: BaseException) -> None:
+        """The executor drained: send nothing more, the chunks out finish, and the first
+        item never sent raises ``error`` (the engine handed back ``calls``, unsent)."""
+        with self._cond:
+            self._drain_error = error
+            self._stopped = True
+            self._check_finished()
+            self._cond.notify_all()
+
     def cancel(self) -> None:
         """Send nothing more and cancel the chunks not yet finished."""
         with self._cond:
@@ -162,6 +186,8 @@ class MapRun(Stream):
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"map result {position} not ready before the timeout")
                 if self._stopped and not self._in_flight:
+                    if self._drain_error is not None:
+                        raise self._drain_error
                     raise CancelledError(f"map was cancelled before result {position} was computed")
                 self._cond.wait(remaining)
             return self._outcomes.pop(position)

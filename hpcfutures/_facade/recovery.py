@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import reprlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import WorkerCrashError
@@ -37,8 +38,8 @@ from .._remote.deathwatch import function_name
 from .arguments import futures_in
 from .futures import TaskFuture, settle
 
-__all__ = ["CERTIFICATE_WAIT", "MAX_LOSSES", "Recovery", "crash_error", "exit_status_of",
-           "lost_error"]
+__all__ = ["CERTIFICATE_WAIT", "MAX_LOSSES", "Recovery", "call_label", "crash_error",
+           "exit_status_of", "lost_error"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -96,7 +97,9 @@ class Recovery:
         certificate: dict[str, Any] = answer.get("certificate") or {}
         culprit = certificate.get("culprit")
         if culprit is not None and culprit.get("key") == key:
-            self._blame(future, recipe, int(culprit["index"]), crash_error(certificate))
+            index = int(culprit["index"])
+            call = call_label(recipe, index, future._places)
+            self._blame(future, recipe, index, crash_error(certificate, call))
             if self.crash_status is None:
                 self.crash_status = exit_status_of(certificate)
         elif culprit is not None:  # another call killed it: not this one's doing
@@ -104,7 +107,8 @@ class Recovery:
         else:
             future._losses += 1
             if future._losses > MAX_LOSSES:
-                settle(future, exception=lost_error(recipe, future._losses, certificate or None))
+                settle(future, exception=lost_error(recipe, future._losses, certificate or None,
+                                                    call_label(recipe, None, future._places)))
             else:
                 self._resend(future, recipe)
         if answer.get("none_left"):
@@ -171,7 +175,8 @@ class Recovery:
                 argument._dask = argument._bundle = None
         future._losses += 1
         if future._losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
-            settle(future, exception=lost_error(recipe, future._losses, None))
+            settle(future, exception=lost_error(recipe, future._losses, None,
+                                                call_label(recipe, None, future._places)))
         elif not future.done():
             self._resend(future, recipe)
 
@@ -191,8 +196,50 @@ def exit_status_of(certificate: dict[str, Any]) -> int:
         return 128 + int(signal.SIGKILL)
 
 
-def crash_error(certificate: dict[str, Any]) -> WorkerCrashError:
-    """The culprit's error: the function, how its process ended, where, what to do."""
+def call_label(recipe: tuple, index: int | None, places: Sequence[int] | None) -> str | None:
+    """Which call it was: a map item's position, or a submitted call with its arguments.
+
+    ``index`` is the call's place in its group (None: the whole group); ``places``
+    the map positions of a chunk's items.
+    """
+    runner, fn, args, kwargs, _depends = recipe
+    if runner is run_chunk_task:
+        if not places:
+            return None if index is None else f"item {index} of its map chunk"
+        if index is not None and 0 <= index < len(places):
+            return f"map item {places[index]}"
+        if len(places) == 1:
+            return f"map item {places[0]}"
+        if places[-1] - places[0] == len(places) - 1:
+            return f"map items {places[0]}-{places[-1]}"
+        shown = ", ".join(str(place) for place in places[:5])
+        return f"map items {shown}{', ...' if len(places) > 5 else ''}"
+    if runner is run_bundle:
+        calls = list(args[0])
+        if index is None and len(calls) == 1:
+            index = 0
+        if index is None or not 0 <= index < len(calls):
+            return None
+        fn, args, kwargs = calls[index]
+    return f"call {_call_text(fn, args, kwargs)}"
+
+
+def _call_text(fn: Any, args: Any, kwargs: Any) -> str:
+    """``name(1, 'a', key=2.5)``, each argument shortened (reprlib), the whole at most
+    about a line."""
+    shorten = reprlib.Repr()
+    shorten.maxstring = shorten.maxother = 30
+    parts = [shorten.repr(value) for value in args]
+    parts += [f"{name}={shorten.repr(value)}" for name, value in dict(kwargs).items()]
+    text = ", ".join(parts)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{getattr(fn, '__name__', 'call')}({text})"
+
+
+def crash_error(certificate: dict[str, Any], call: str | None = None) -> WorkerCrashError:
+    """The culprit's error: the function, which call (``call``), how its process ended,
+    where, what to do."""
     culprit = certificate.get("culprit") or {}
     function = culprit.get("function", "the call")
     where = certificate.get("who") or f"the worker at {certificate.get('worker')}"
@@ -204,8 +251,10 @@ def crash_error(certificate: dict[str, Any]) -> WorkerCrashError:
     hint = ("faulthandler's report (the Python traceback of the crash) is the cause "
             "below, and in that worker's output" if report else
             "its output may say more")
+    which = f" ({call})" if call else ""
     error = WorkerCrashError(
-        f"{function} crashed its worker: the process {how} while running it, on {where}. "
+        f"{function}{which} crashed its worker: the process {how} while running it, on "
+        f"{where}. "
         f"Only this call fails; the others run again on the remaining workers. {hint}; to "
         "debug, run the call in a local process (python -X faulthandler, or under gdb)",
         function, where, certificate.get("status"), certificate.get("signal"))
@@ -215,16 +264,17 @@ def crash_error(certificate: dict[str, Any]) -> WorkerCrashError:
     return error
 
 
-def lost_error(recipe: tuple, losses: int,
-               certificate: dict[str, Any] | None) -> WorkerCrashError:
+def lost_error(recipe: tuple, losses: int, certificate: dict[str, Any] | None,
+               call: str | None = None) -> WorkerCrashError:
     """A call lost with more workers than it may be: killed from outside, each time?"""
     runner, fn, args, _kwargs, _depends = recipe
     if runner is run_bundle:
         fn = next((call[0] for call in args[0] if call[0] is not fail_with), None)
     function = function_name(fn) if fn is not None else "the call"
     last = (certificate or {}).get("who") or "a worker"
+    which = f" ({call})" if call else ""
     return WorkerCrashError(
-        f"{function} was running on a worker that was lost, {losses} times in a row "
+        f"{function}{which} was running on a worker that was lost, {losses} times in a row "
         f"(the last: {last}), killed from outside (SIGKILL, the OOM killer) or with its "
         f"node; hpcfutures runs such a call again {MAX_LOSSES} times, then gives up. If the "
         "call itself uses too much memory, give each worker more (memory_limit=), or fewer "

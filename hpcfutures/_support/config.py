@@ -44,6 +44,10 @@ class Settings:
     log_dir: str | None
     release_idle_after: float | None
     min_workers: int
+    end_time: float | None
+    drain_margin: float | None
+    requeue: bool
+    max_requeues: int
     journal: str | None
     initializer: Callable[..., Any] | None
     initargs: tuple[Any, ...]

@@ -92,6 +92,11 @@ def to_seconds(value: Any, *, zero_ok: bool = False) -> float:
     return seconds
 
 
+def to_margin(value: Any) -> float:
+    """Seconds as :func:`to_seconds` reads them, where 0 is allowed (it means "never")."""
+    return to_seconds(value, zero_ok=True)
+
+
 def _parse_duration(text: str) -> float:
     """Seconds in ``text``; NaN when it is not a duration."""
     text = text.strip()
@@ -111,6 +116,27 @@ def _parse_duration(text: str) -> float:
         return float(parse_timedelta(text))
     except (KeyError, ValueError, TypeError, IndexError):
         return math.nan
+
+
+def to_epoch(value: Any) -> float:
+    """Seconds since the epoch from a number, ``"1796071986"``, or an ISO time such as
+    ``"2026-11-30T21:30:00"`` (without a zone: local time, as batch systems write it)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected epoch seconds or an ISO time, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError("expected epoch seconds or an ISO time such as "
+                         f"2026-11-30T21:30:00, got {value!r}") from None
 
 
 def to_callable(value: Any) -> Callable[..., Any]:
@@ -223,6 +249,14 @@ SIZE = Kind("int | float | str", "int | float | str", to_memory,
             "Dask's share of the worker's host; ``0``: none", "4GiB", may_be_none=True,
             hint="Bytes, or a size such as ``\"4GiB\"``; ``\"auto\"`` or a fraction such as "
                  "``0.5`` let Dask size it on the worker's host.")
+MARGIN = Kind("float | str", "float", to_margin,
+              "seconds, >= 0 (``0``: never): a number or a duration such as ``90s``, "
+              "``5min``", "5min",
+              hint="Seconds, or a duration such as ``\"90s\"`` or ``\"5min\"``.")
+EPOCH = Kind("float | str", "float", to_epoch,
+             "epoch seconds, or an ISO time such as ``2026-11-30T21:30:00``",
+             "2026-11-30T21:30:00",
+             hint="Epoch seconds, or an ISO time such as ``\"2026-11-30T21:30:00\"``.")
 CALLABLE = Kind("Callable[..., Any]", "Callable[..., Any]", to_callable,
                 "a callable (keyword argument only)", "setup_worker", textual=False)
 ARGUMENTS = Kind("tuple[Any, ...]", "tuple[Any, ...]", to_args,
@@ -367,6 +401,22 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="never"),
     Option("min_workers", COUNT, 1,
            "Workers kept however idle they are, when ``release_idle_after`` is set."),
+    Option("end_time", EPOCH, None,
+           "When the allocation ends, for a batch system hpcfutures cannot ask (it asks "
+           "Slurm, Grid Engine, PBS and LSF itself); the executor drains before it.",
+           default_doc="asked of the batch system, else unknown"),
+    Option("drain_margin", MARGIN, None,
+           "How long before the allocation's end the executor stops sending calls: running "
+           "calls finish, calls never started fail with ``TimeLimitError``; ``0`` never "
+           "drains (SIGTERM at the end stops the launch, as without a known end).",
+           default_doc="twice the longest measured call, at least 30 s"),
+    Option("requeue", BOOL, False,
+           "When the executor drained with calls left, put the batch job back in the queue "
+           "(Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun``, LSF "
+           "``brequeue``), so that a rerun resumes from the journal."),
+    Option("max_requeues", COUNT, 3,
+           "Requeues of one job at most (Slurm counts them in ``SLURM_RESTART_COUNT``): "
+           "stops a job that never gets further from looping."),
     Option("journal", TEXT, None,
            "Directory where each finished call's result is recorded, on a filesystem that "
            "later runs see; a later run with the same journal returns the recorded results "

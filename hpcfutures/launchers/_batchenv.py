@@ -208,13 +208,15 @@ def parse_span(text: str, source: str) -> IndexSpan:
 
 
 def run_command(command: Sequence[str], purpose: str, *, otherwise: str = "",
-                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess | None:
+                env: Mapping[str, str] | None = None,
+                level: int = logging.WARNING) -> subprocess.CompletedProcess | None:
     """Run a batch-system command with a deadline; None (and a warning) if it failed.
 
     Used for chores that must not fail the launch: asking when a job was
     submitted, cancelling or deleting pending array elements.  The warning
     says what could not be done (``purpose``), why, and ``otherwise`` (what
-    happens instead, or what the user can do).
+    happens instead, or what the user can do); ``level`` is the log level of that
+    warning (a question whose answer is optional asks for less).
     """
     shown = " ".join(command)
     try:
@@ -229,5 +231,5 @@ def run_command(command: Sequence[str], purpose: str, *, otherwise: str = "",
             return result
         why = (f"'{shown}' failed with status {result.returncode}: "
                f"{result.stderr.strip() or '(no message)'}")
-    logger.warning("could not %s: %s%s", purpose, why, f"; {otherwise}" if otherwise else "")
+    logger.log(level, "could not %s: %s%s", purpose, why, f"; {otherwise}" if otherwise else "")
     return None
