@@ -48,6 +48,7 @@ from ._errors import (
 )
 from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
+from ._facade.mpitask import MPITask, mpi_task
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
 try:
@@ -67,6 +68,7 @@ __all__ = [
     "LauncherError",
     "LocalExecutor",
     "MPIExecutor",
+    "MPITask",
     "MissingDependencyError",
     "NestedExecutorError",
     "NotEnoughRanksError",
@@ -81,5 +83,6 @@ __all__ = [
     "TaskMemoryError",
     "WorkerCrashError",
     "connect",
+    "mpi_task",
     "stop",
 ]

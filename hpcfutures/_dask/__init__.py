@@ -51,6 +51,7 @@ from .cluster import (
 )
 from .deaths import death_certificate, lost_worker, report_death
 from .initializer import register_initializer
+from .mpigroups import release_ranks, reserve_ranks
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
@@ -78,10 +79,12 @@ __all__ = [
     "make_security",
     "probe",
     "register_initializer",
+    "release_ranks",
     "released_workers",
     "report_death",
     "report_startup_failure",
     "request_stop",
+    "reserve_ranks",
     "run_worker",
     "start_usage",
     "startup_error",

@@ -23,6 +23,7 @@ from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
 from .closing import Closer, exit_status_for, interpreter_exiting
 from .mapping import MapRun
+from .mpitask import MPITask, check_launch
 from .progress import open_bar, progress_mode
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
@@ -193,6 +194,9 @@ class Executor(cf.Executor):
         with self._lock:
             bridge = self._usable_bridge()
             refuse_foreign_futures(args, kwargs)
+            if isinstance(fn, MPITask):  # one call over several ranks (mpicalls.py)
+                check_launch(self._session, fn.ranks)
+                return bridge.submit_mpi(fn, args, kwargs)
             return bridge.submit(fn, args, kwargs)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
@@ -214,6 +218,8 @@ class Executor(cf.Executor):
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        if isinstance(fn, MPITask):  # each item its own call over several ranks
+            return super().map(fn, *iterables, timeout=timeout)
         mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
         items = _argument_tuples(iterables)

@@ -90,6 +90,11 @@ class Session:
             _client_of.add(plan.identity.launch_id)
         return bridge
 
+    @property
+    def plan(self) -> Plan | None:
+        """What negotiation decided (None before :meth:`start`)."""
+        return self._plan
+
     def finish(self, status: int) -> None:
         """On the client: end the launch with ``status`` for the other ranks."""
         if self._client_side is not None:

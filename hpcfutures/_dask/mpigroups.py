@@ -1,0 +1,159 @@
+"""Groups of worker ranks reserved all together for one MPI task.
+
+The scheduler keeps which worker belongs to which call.  A call asks for
+``ranks`` workers and gets them all at once, or waits (without blocking the
+event loop) until that many are free: a call never holds part of a group
+while it waits for the rest, so two waiting calls can never block each
+other.  Requests are granted in the order they came (a large call is not
+starved by a stream of small ones).  A worker is free when no call holds it,
+it is running, it is an MPI rank (its name is ``rank-<world rank>``) and the
+idle release (release.py) is not retiring it::
+
+    client                         scheduler (RankGroups)
+    reserve(call, ranks, wait) --> queued; granted when `ranks` are free:
+                               <-- {workers, world_ranks, tag}
+                                   ... or {"waiting": True} after `wait` s
+                                   (ask again), or {"error": why} when the
+                                   launch can never have that many
+    member tasks, one pinned to each reserved worker
+    release(call)              --> the workers are free again (a call still
+                                   queued is withdrawn)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._common import scheduler_rpc
+
+if TYPE_CHECKING:
+    from distributed import Client, Scheduler
+
+__all__ = ["RankGroups", "release_ranks", "reserve_ranks", "world_rank"]
+
+RESERVE_OP = "hpcfutures_mpi_reserve"
+RELEASE_OP = "hpcfutures_mpi_release"
+#: Tags of MPI_Comm_create_group stay below this (MPI guarantees tags up to 32767).
+TAG_LIMIT = 32768
+
+
+def world_rank(name: object) -> int | None:
+    """The MPI world rank of a worker named ``rank-<n>`` by the launch, else None."""
+    text = str(name)
+    if not text.startswith("rank-") or not text[5:].isdigit():
+        return None
+    return int(text[5:])
+
+
+class RankGroups:
+    """The scheduler's book of reserved workers (a scheduler-side helper of the Coordinator)."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        #: Worker address -> the call holding it.
+        self.held: dict[str, str] = {}
+        self._grants: dict[str, dict[str, Any]] = {}
+        #: Calls waiting for workers, first come first served: call -> (ranks, answer).
+        self._waiting: collections.OrderedDict[str, tuple[int, asyncio.Future[Any]]] = (
+            collections.OrderedDict())
+        self._tags = itertools.count()
+        #: Workers that must not be granted (being retired as idle): set by release.py.
+        self.unavailable: Callable[[], set[str]] = set
+        #: How many workers the launch can still have (None: not known).
+        self.capacity: Callable[[], int | None] = lambda: None
+
+    def install(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.handlers[RESERVE_OP] = self._reserve
+        scheduler.handlers[RELEASE_OP] = self._release
+
+    def holds(self, address: str) -> bool:
+        """Whether a call holds the worker at ``address`` (it is not idle then)."""
+        return address in self.held
+
+    # ------------------------------------------------------------ handlers
+    async def _reserve(self, call: str, ranks: int, wait: float) -> dict[str, Any]:
+        if call in self._grants:
+            return self._grants[call]
+        impossible = self._impossible(ranks)
+        if impossible:
+            self._waiting.pop(call, None)
+            return {"error": impossible}
+        if call not in self._waiting:
+            self._waiting[call] = (ranks, asyncio.get_running_loop().create_future())
+            self.changed()
+        answer = self._waiting[call][1] if call in self._waiting else None
+        if answer is None:
+            return self._grants[call]
+        with contextlib.suppress(asyncio.TimeoutError):
+            return dict(await asyncio.wait_for(asyncio.shield(answer), wait))
+        return {"waiting": True}
+
+    def _release(self, call: str) -> str:
+        self._waiting.pop(call, None)
+        grant = self._grants.pop(call, None)
+        for address in grant["workers"] if grant else ():
+            if self.held.get(address) == call:
+                del self.held[address]
+        self.changed()
+        return "ok"
+
+    # ------------------------------------------------------------ granting
+    def _impossible(self, ranks: int) -> str:
+        capacity = self.capacity()
+        if capacity is not None and ranks > capacity:
+            return (f"an MPI task asks for {ranks} ranks, but the launch can have only "
+                    f"{capacity} worker(s) any more (the others were released as idle)")
+        return ""
+
+    def _free(self) -> list[str]:
+        """Free MPI worker ranks, the least busy first."""
+        assert self.scheduler is not None
+        unavailable = self.unavailable()
+        free = [(len(ws.processing), world_rank(ws.name), address)
+                for address, ws in self.scheduler.workers.items()
+                if address not in self.held and address not in unavailable
+                and ws.status.name == "running" and world_rank(ws.name) is not None]
+        return [address for *_, address in sorted(free)]
+
+    def changed(self) -> None:
+        """Grant what waits, in order, while the first in line fits (workers came or left)."""
+        if self.scheduler is None:
+            return
+        for address in [a for a in self.held if a not in self.scheduler.workers]:
+            del self.held[address]
+        while self._waiting:
+            call, (ranks, answer) = next(iter(self._waiting.items()))
+            free = self._free()
+            if len(free) < ranks:
+                return
+            del self._waiting[call]
+            workers = free[:ranks]
+            for address in workers:
+                self.held[address] = call
+            grant = {"workers": workers,
+                     "world_ranks": [world_rank(self.scheduler.workers[a].name)
+                                     for a in workers],
+                     "tag": next(self._tags) % TAG_LIMIT}
+            self._grants[call] = grant
+            if not answer.done():
+                answer.set_result(grant)
+
+
+# ------------------------------------------------------------------ client
+async def reserve_ranks(client: Client, call: str, ranks: int, wait: float) -> dict[str, Any]:
+    """Ask the scheduler for ``ranks`` workers for ``call``; see :class:`RankGroups`."""
+    answer: dict[str, Any] = await asyncio.wait_for(
+        getattr(scheduler_rpc(client), RESERVE_OP)(call=call, ranks=ranks, wait=wait),
+        wait + 10)
+    return answer
+
+
+async def release_ranks(client: Client, call: str) -> None:
+    """Give ``call``'s workers back (or withdraw its request)."""
+    await asyncio.wait_for(getattr(scheduler_rpc(client), RELEASE_OP)(call=call), 10)

@@ -1,0 +1,53 @@
+"""What runs on each member of an MPI task: build its communicator, call, free.
+
+Every member worker of one call runs :func:`run_member` at about the same
+time (the scheduler reserved them together, see ``_dask/mpigroups.py``)::
+
+    member i:  communicator of the call's world ranks (MPI_Comm_create_group,
+               only the members take part) -> fn(comm, *args, **kwargs)
+               -> free the communicator -> (True, value) / (False, exception)
+
+Only member 0's value travels back (the call's result); the others send
+``None``.  A member's exception comes back as a value, its traceback headed
+by this worker's rank and host (see :mod:`.calls`), so that the client can
+pick the first failing member and name it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._support.mpi import group_communicator
+from .calls import run_task
+
+__all__ = ["run_member"]
+
+
+class _WithCommunicator:
+    """``fn(comm, *args, **kwargs)``, under ``fn``'s name (the worker records which
+    function runs); on members other than 0 its value is dropped at once."""
+
+    def __init__(self, fn: Callable[..., Any], comm: Any, keep: bool) -> None:
+        self.fn, self.comm, self.keep = fn, comm, keep
+        self.__qualname__ = getattr(fn, "__qualname__", type(fn).__qualname__)
+        self.__module__ = getattr(fn, "__module__", None) or __name__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        value = self.fn(self.comm, *args, **kwargs)
+        return value if self.keep else None
+
+
+def run_member(fn: Callable[..., Any], args: tuple, kwargs: dict, world_ranks: Sequence[int],
+               tag: int, member: int) -> tuple[bool, Any]:
+    """Run member ``member`` of one MPI task: ``(True, value)`` or ``(False, exception)``."""
+    try:
+        comm = group_communicator(world_ranks, tag)
+    except Exception as err:  # MPI is not there: no member can make it
+        return False, err
+    try:  # run_task refuses the call where the initializer failed
+        return True, run_task(_WithCommunicator(fn, comm, member == 0), args, kwargs)
+    except Exception as err:  # annotated by run_task: its type, and where
+        return False, err
+    finally:
+        comm.Free()
