@@ -15,9 +15,12 @@ idle release (release.py) is not retiring it::
                                    ... or {"waiting": True} after `wait` s
                                    (ask again), or {"error": why} when the
                                    launch can never have that many
-    member tasks, one pinned to each reserved worker
-    release(call)              --> the workers are free again (a call still
-                                   queued is withdrawn)
+    member tasks, one pinned to each  the last member's end (seen by the
+    reserved worker, keys given in     Coordinator's transition hook) frees
+    the request                        them, and grants the next call at once
+    release(call)              --> frees them too (a call cancelled, or
+                                   failed before its members ran); a call
+                                   still queued is withdrawn
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ __all__ = ["RankGroups", "release_ranks", "reserve_ranks", "world_rank"]
 
 RESERVE_OP = "hpcfutures_mpi_reserve"
 RELEASE_OP = "hpcfutures_mpi_release"
+#: Task states in which a member task has ended (its worker is done with it).
+MEMBER_ENDS = frozenset({"memory", "erred", "forgotten"})
 #: Tags of MPI_Comm_create_group stay below this (MPI guarantees tags up to 32767).
 TAG_LIMIT = 32768
 
@@ -58,6 +63,10 @@ class RankGroups:
         #: Worker address -> the call holding it.
         self.held: dict[str, str] = {}
         self._grants: dict[str, dict[str, Any]] = {}
+        #: Member task key -> its call, for the members still running.
+        self._members: dict[str, str] = {}
+        #: Call -> its members still running.
+        self._running: dict[str, set[str]] = {}
         #: Calls waiting for workers, first come first served: call -> (ranks, answer).
         self._waiting: collections.OrderedDict[str, tuple[int, asyncio.Future[Any]]] = (
             collections.OrderedDict())
@@ -77,7 +86,11 @@ class RankGroups:
         return address in self.held
 
     # ------------------------------------------------------------ handlers
-    async def _reserve(self, call: str, ranks: int, wait: float) -> dict[str, Any]:
+    async def _reserve(self, call: str, ranks: int, wait: float,
+                       keys: list[str] | None = None) -> dict[str, Any]:
+        if keys and call not in self._running:
+            self._running[call] = set(keys)
+            self._members.update(dict.fromkeys(keys, call))
         if call in self._grants:
             return self._grants[call]
         impossible = self._impossible(ranks)
@@ -94,12 +107,25 @@ class RankGroups:
             return dict(await asyncio.wait_for(asyncio.shield(answer), wait))
         return {"waiting": True}
 
+    def member_ended(self, key: Any) -> None:
+        """A member task ended: once all of its call's have, its workers are free."""
+        call = self._members.pop(key, None) if isinstance(key, str) else None
+        if call is None:
+            return
+        running = self._running.get(call, set())
+        running.discard(key)
+        if not running:
+            self._release(call)
+
     def _release(self, call: str) -> str:
+        for key in self._running.pop(call, ()):
+            self._members.pop(key, None)
         self._waiting.pop(call, None)
         grant = self._grants.pop(call, None)
         for address in grant["workers"] if grant else ():
             if self.held.get(address) == call:
                 del self.held[address]
+                self._open_to_ordinary_tasks(address)
         self.changed()
         return "ok"
 
@@ -121,6 +147,22 @@ class RankGroups:
                 and ws.status.name == "running" and world_rank(ws.name) is not None]
         return [address for *_, address in sorted(free)]
 
+    def _keep_ordinary_tasks_off(self, address: str) -> None:
+        """Until its member task arrives, Dask would see a reserved worker as idle and
+        give it the next ordinary task, which the member would then wait behind.
+        Out of the scheduler's idle sets, it gets ordinary tasks only when no worker
+        is idle (Dask puts it back once it has run a task)."""
+        assert self.scheduler is not None
+        ws = self.scheduler.workers[address]
+        self.scheduler.idle.pop(address, None)
+        self.scheduler.idle_task_count.discard(ws)
+
+    def _open_to_ordinary_tasks(self, address: str) -> None:
+        assert self.scheduler is not None
+        ws = self.scheduler.workers.get(address)
+        if ws is not None and ws.status.name == "running":
+            self.scheduler.check_idle_saturated(ws)
+
     def changed(self) -> None:
         """Grant what waits, in order, while the first in line fits (workers came or left)."""
         if self.scheduler is None:
@@ -136,6 +178,7 @@ class RankGroups:
             workers = free[:ranks]
             for address in workers:
                 self.held[address] = call
+                self._keep_ordinary_tasks_off(address)
             grant = {"workers": workers,
                      "world_ranks": [world_rank(self.scheduler.workers[a].name)
                                      for a in workers],
@@ -146,10 +189,13 @@ class RankGroups:
 
 
 # ------------------------------------------------------------------ client
-async def reserve_ranks(client: Client, call: str, ranks: int, wait: float) -> dict[str, Any]:
-    """Ask the scheduler for ``ranks`` workers for ``call``; see :class:`RankGroups`."""
+async def reserve_ranks(client: Client, call: str, ranks: int, wait: float,
+                        keys: list[str] | None = None) -> dict[str, Any]:
+    """Ask the scheduler for ``ranks`` workers for ``call``, whose member tasks will have
+    ``keys`` (their end frees the workers); see :class:`RankGroups`."""
     answer: dict[str, Any] = await asyncio.wait_for(
-        getattr(scheduler_rpc(client), RESERVE_OP)(call=call, ranks=ranks, wait=wait),
+        getattr(scheduler_rpc(client), RESERVE_OP)(call=call, ranks=ranks, wait=wait,
+                                                   keys=keys),
         wait + 10)
     return answer
 

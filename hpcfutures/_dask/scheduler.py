@@ -27,7 +27,7 @@ from ._common import (
     _hurry,
 )
 from .deaths import AWAIT_DEATH_OP, Deaths
-from .mpigroups import RankGroups
+from .mpigroups import MEMBER_ENDS, RankGroups
 from .release import IdleRelease
 
 __all__ = ["Coordinator", "SchedulerService"]
@@ -127,6 +127,10 @@ class Coordinator(SchedulerPlugin):
             self.deaths.departed_worker(worker)
         _announce_cluster(scheduler, leaving=worker)
         self.groups.changed()
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish in MEMBER_ENDS:  # an MPI task's member may free its group
+            self.groups.member_ended(key)
 
     async def _await_death(self, worker: str, timeout: float) -> dict[str, Any]:
         """A dead worker's certificate (waiting up to ``timeout`` s for its watcher),

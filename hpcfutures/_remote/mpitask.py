@@ -5,12 +5,12 @@ time (the scheduler reserved them together, see ``_dask/mpigroups.py``)::
 
     member i:  communicator of the call's world ranks (MPI_Comm_create_group,
                only the members take part) -> fn(comm, *args, **kwargs)
-               -> free the communicator -> (True, value) / (False, exception)
+               -> free the communicator -> value, or the exception raised
 
-Only member 0's value travels back (the call's result); the others send
-``None``.  A member's exception comes back as a value, its traceback headed
-by this worker's rank and host (see :mod:`.calls`), so that the client can
-pick the first failing member and name it.
+Only member 0's value is fetched by the client (the call's result); the
+others return ``None``.  A member's exception is the Dask task's error, its
+traceback headed by this worker's rank and host (see :mod:`.calls`); Dask
+streams it to the client with the task's end, which then names the member.
 """
 
 from __future__ import annotations
@@ -39,15 +39,10 @@ class _WithCommunicator:
 
 
 def run_member(fn: Callable[..., Any], args: tuple, kwargs: dict, world_ranks: Sequence[int],
-               tag: int, member: int) -> tuple[bool, Any]:
-    """Run member ``member`` of one MPI task: ``(True, value)`` or ``(False, exception)``."""
-    try:
-        comm = group_communicator(world_ranks, tag)
-    except Exception as err:  # MPI is not there: no member can make it
-        return False, err
-    try:  # run_task refuses the call where the initializer failed
-        return True, run_task(_WithCommunicator(fn, comm, member == 0), args, kwargs)
-    except Exception as err:  # annotated by run_task: its type, and where
-        return False, err
+               tag: int, member: int) -> Any:
+    """Run member ``member`` of one MPI task; its value (None but on member 0)."""
+    comm = group_communicator(world_ranks, tag)
+    try:  # run_task refuses the call where the initializer failed, and annotates errors
+        return run_task(_WithCommunicator(fn, comm, member == 0), args, kwargs)
     finally:
         comm.Free()

@@ -56,8 +56,8 @@ with hpcfutures.Executor() as ex:
 
     # two 2-rank calls and ordinary tasks at the same time
     pair = hpcfutures.mpi_task(held, ranks=2)
-    calls = [ex.submit(pair, 1.5) for _ in range(2)]
-    plain = [ex.submit(busy, 1.5) for _ in range(2)]
+    calls = [ex.submit(pair, 0.8) for _ in range(2)]
+    plain = [ex.submit(busy, 0.8) for _ in range(2)]
     spans = [f.result(timeout=60) for f in calls]
     spans_plain = [f.result(timeout=60) for f in plain]
     starts = [s[0] for s in spans + spans_plain]
