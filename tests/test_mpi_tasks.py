@@ -123,6 +123,17 @@ def test_mpi_tasks_under_mpiexec():
 
 
 @pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_member_that_dies_ends_the_mpi_job_at_once():
+    """Its partner waits for it inside MPI, where nothing interrupts it: MPI's rule."""
+    require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    job = run_job(["mpiexec", "-n", "4", sys.executable, JOB, "dies"], env=MPI_ENV, timeout=45)
+    assert job.returncode != 0 and "the call whose member died returned" not in job.stderr, job
+    assert "died (or lost its connection) while it ran member rank 1 of 2" in job.stderr, job
+    assert "MPI_Abort" in job.stderr and job.seconds < 30, job
+
+
+@pytest.mark.mpi
 @pytest.mark.slurm
 @pytest.mark.timeout(150)
 def test_mpi_tasks_under_srun_mpi_pmi2():

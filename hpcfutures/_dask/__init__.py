@@ -51,7 +51,7 @@ from .cluster import (
 )
 from .deaths import death_certificate, lost_worker, report_death
 from .initializer import register_initializer
-from .mpigroups import release_ranks, reserve_ranks
+from .mpigroups import follow_member_losses, release_ranks, reserve_ranks
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
@@ -74,6 +74,7 @@ __all__ = [
     "death_certificate",
     "finish_client",
     "follow_cluster",
+    "follow_member_losses",
     "knock",
     "lost_worker",
     "make_security",

@@ -37,10 +37,13 @@ from ._common import scheduler_rpc
 if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
-__all__ = ["RankGroups", "release_ranks", "reserve_ranks", "world_rank"]
+__all__ = ["RankGroups", "follow_member_losses", "release_ranks", "reserve_ranks",
+           "world_rank"]
 
 RESERVE_OP = "hpcfutures_mpi_reserve"
 RELEASE_OP = "hpcfutures_mpi_release"
+#: Event topic on which the scheduler says that a worker died under a running MPI task.
+MEMBER_LOST_TOPIC = "hpcfutures-mpi-member-lost"
 #: Task states in which a member task has ended (its worker is done with it).
 MEMBER_ENDS = frozenset({"memory", "erred", "forgotten"})
 #: Tags of MPI_Comm_create_group stay below this (MPI guarantees tags up to 32767).
@@ -106,6 +109,17 @@ class RankGroups:
         with contextlib.suppress(asyncio.TimeoutError):
             return dict(await asyncio.wait_for(asyncio.shield(answer), wait))
         return {"waiting": True}
+
+    def worker_left(self, address: str) -> None:
+        """A worker left: if it held a running MPI task, tell the client (its other
+        members may wait for it in a collective forever: MPI's rule ends the job)."""
+        call = self.held.get(address)
+        if call is None or not self._running.get(call) or self.scheduler is None:
+            return
+        grant = self._grants[call]
+        rank = grant["world_ranks"][list(grant["workers"]).index(address)]
+        self.scheduler.log_event(MEMBER_LOST_TOPIC, {"call": call, "worker": address,
+                                                     "world_rank": rank})
 
     def member_ended(self, key: Any) -> None:
         """A member task ended: once all of its call's have, its workers are free."""
@@ -198,6 +212,14 @@ async def reserve_ranks(client: Client, call: str, ranks: int, wait: float,
                                                    keys=keys),
         wait + 10)
     return answer
+
+
+def follow_member_losses(client: Client, lost: Callable[[str, int | None], None]) -> None:
+    """Call ``lost(call, world_rank)`` when a worker dies under a running MPI task."""
+    def heard(event: tuple[float, dict[str, Any]]) -> None:
+        lost(event[1]["call"], event[1]["world_rank"])
+
+    client.subscribe_topic(MEMBER_LOST_TOPIC, heard)
 
 
 async def release_ranks(client: Client, call: str) -> None:

@@ -125,6 +125,7 @@ class Coordinator(SchedulerPlugin):
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         if self.verdict is None:
             self.deaths.departed_worker(worker)
+            self.groups.worker_left(worker)
         _announce_cluster(scheduler, leaving=worker)
         self.groups.changed()
 

@@ -75,7 +75,8 @@ class TaskBridge:
                                   self._completions.in_background)
         self._completions.recover = self._recovery.lost
         self._submits = SubmitStream(self.batcher, self._sender, self.wake)
-        self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken)
+        self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
+                                   self.break_executor)
         self.batcher.open(self._submits)
         self._tally: Any = None
         #: How errors name the scheduler's rank and a worker's (set by the client side).

@@ -15,24 +15,33 @@ Dask client)::
 
 MPI tasks do not go through the batching engine: a call is never bundled
 with others, and each member is its own Dask task.
+
+A worker that dies while it runs a member leaves the other members waiting
+for it, inside MPI, where nothing can interrupt them.  MPI's own rule for a
+process that fails (the whole job ends) is then the only way out: the
+scheduler says so (an event), the client breaks the executor, says why, and
+aborts the MPI job, so that the launcher returns at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from .._errors import RemoteTraceback
 from .._remote.calls import restore_traceback
-from .._remote.mpitask import run_member
+from .._remote.mpitask import raised_by_the_call, run_member
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
 from .mpitask import MPITask
 
 __all__ = ["MPICalls", "member_failure"]
+
+logger = logging.getLogger("hpcfutures")
 
 #: Seconds one request for ranks waits on the scheduler before it is asked again
 #: (so that a cancelled call or a broken executor stops waiting soon).
@@ -49,17 +58,45 @@ class MPICalls:
         client: The Dask client.
         in_background: Runs a coroutine on the loop, keeping it alive.
         broken: The executor's breaking error, once it is broken.
+        break_executor: Breaks the executor, with the reason.
     """
 
     def __init__(self, client: Any, in_background: Callable[[Any], None],
-                 broken: Callable[[], BaseException | None]) -> None:
+                 broken: Callable[[], BaseException | None],
+                 break_executor: Callable[[str], None]) -> None:
         self._client = client
         self._in_background = in_background
         self._broken = broken
+        self._break_executor = break_executor
         self._asking: asyncio.Semaphore | None = None
+        #: The calls whose members run now: call -> (task, world ranks).
+        self._running: dict[str, tuple[MPITask, list[int]]] = {}
+        self._following = False
 
     def start(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
+        if not self._following:  # on the loop thread, as the Dask client wants
+            from .. import _dask
+
+            _dask.follow_member_losses(self._client, self._member_lost)
+            self._following = True
         self._in_background(self._run(future, task, args, kwargs))
+
+    def _member_lost(self, call: str, world_rank: int | None) -> None:
+        """A worker died under a running call: end the MPI job (see the module's doc)."""
+        from ..launchers import _mpi
+
+        if call not in self._running:
+            return
+        task, world_ranks = self._running.pop(call)
+        member = world_ranks.index(world_rank) if world_rank in world_ranks else "?"
+        name = getattr(task.fn, "__qualname__", repr(task.fn))
+        where = f"MPI world rank {world_rank}" if world_rank is not None else "a worker"
+        self._break_executor(
+            f"{where} died (or lost its connection) while it ran member rank {member} of "
+            f"{len(world_ranks)} of MPI task {name!r}; the other members may wait for it "
+            "forever inside MPI, so under MPI's rule for a failed process the whole job "
+            "ends (MPI_Abort)")
+        _mpi.abort(1)
 
     async def _run(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
         from .. import _dask
@@ -74,12 +111,14 @@ class MPICalls:
             grant = await self._reserve(future, call, task.ranks, keys)
             if grant is None or not _start(future):
                 return
+            self._running[call] = (task, list(grant["world_ranks"]))
             outcomes = await self._members(task, grant, keys, args, kwargs)
             release = False
         except Exception as err:
             settle(future, exception=err)
             return
         finally:
+            self._running.pop(call, None)
             if release:
                 self._in_background(_quietly(_dask.release_ranks(self._client, call)))
         failed = member_failure(task, grant["world_ranks"], outcomes)
@@ -114,9 +153,45 @@ class MPICalls:
                                 index, key=keys[index], workers=[address],
                                 allow_other_workers=False, pure=False)
             for index, address in enumerate(grant["workers"])]
-        errors = await asyncio.gather(*(member.exception() for member in members))
-        first = None if errors[0] is not None else await members[0].result()
-        return [first, *errors]
+        errors = await self._first_failure(members)
+        if any(error is not None for error in errors):
+            return [None, *errors]
+        return [await members[0].result(), *errors]
+
+    async def _first_failure(self, members: list[Any]) -> list[BaseException | None]:
+        """Each member's exception (None: fine), as soon as all ended or one failed.
+
+        The others may wait for a failed member inside MPI forever: its error is
+        the call's at once, and they keep their workers reserved until they end.
+        A failure that is no exception of the call's function (the member's
+        worker was lost) while others still run ends the job, as a death does.
+        """
+        waiting = {asyncio.ensure_future(member.exception()): index
+                   for index, member in enumerate(members)}
+        errors: list[BaseException | None] = [None] * len(members)
+        try:
+            while waiting and not any(errors):
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for ended in done:
+                    errors[waiting.pop(ended)] = ended.result()
+        finally:
+            for left in waiting:
+                left.cancel()
+        lost = [index for index, error in enumerate(errors)
+                if error is not None and not raised_by_the_call(error)]
+        call = str(members[0].key).rpartition("-")[0]
+        task, world_ranks = self._running.get(call, (None, []))
+        if lost and waiting:
+            self._member_lost(call, world_ranks[lost[0]] if world_ranks else None)
+        elif waiting:
+            failed = next(index for index, error in enumerate(errors) if error is not None)
+            logger.warning(
+                "member rank %d of MPI task %r raised while %d other member(s) still run: "
+                "if they wait for it inside MPI they never end, their worker ranks stay "
+                "reserved, and the launch ends with MPI_Abort after its timeout",
+                failed, getattr(getattr(task, "fn", None), "__qualname__", call),
+                len(waiting))
+        return errors
 
 
 def _start(future: TaskFuture) -> bool:

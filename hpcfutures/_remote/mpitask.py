@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._support.mpi import group_communicator
-from .calls import run_task
+from .calls import _TRACEBACK_ATTR, run_task
 
-__all__ = ["run_member"]
+__all__ = ["raised_by_the_call", "run_member"]
 
 
 class _WithCommunicator:
@@ -46,3 +46,9 @@ def run_member(fn: Callable[..., Any], args: tuple, kwargs: dict, world_ranks: S
         return run_task(_WithCommunicator(fn, comm, member == 0), args, kwargs)
     finally:
         comm.Free()
+
+
+def raised_by_the_call(error: BaseException) -> bool:
+    """On the client: whether a member's error came from the call (``run_task``
+    annotated it), not from the loss of the member's worker."""
+    return hasattr(error, _TRACEBACK_ATTR)

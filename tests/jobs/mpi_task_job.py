@@ -1,8 +1,10 @@
 """Every case of issue 20 in one launch of 8 ranks (mpiexec or srun --mpi=pmi2): 6 workers.
 
-Prints one CHECK line per case and MPI TASKS OK at the end.
+Prints one CHECK line per case and MPI TASKS OK at the end.  With the argument
+``dies``, a member's process dies instead: the MPI job must end at once.
 """
 
+import os
 import sys
 import time
 
@@ -42,11 +44,22 @@ def doubled(comm, x):
     return comm.allreduce(x)
 
 
+def dies_on_one(comm):
+    if comm.rank == 1:
+        os._exit(3)  # the behaviour under test: a member's process dies mid-call
+    comm.Barrier()  # ... while the other waits for it inside MPI
+
+
 def check(name, condition, detail=""):
     print(f"CHECK {name}: {'ok' if condition else 'FAILED'} {detail}", flush=True)
     if not condition:
         sys.exit(1)
 
+
+if sys.argv[1:] == ["dies"]:
+    with hpcfutures.Executor() as ex:
+        ex.submit(hpcfutures.mpi_task(dies_on_one, ranks=2)).result(timeout=60)
+    sys.exit("the call whose member died returned")
 
 with hpcfutures.Executor() as ex:
     # an allreduce over 4 ranks gives the right sum, over 4 distinct worker ranks
