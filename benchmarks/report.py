@@ -38,6 +38,7 @@ def metrics(sizes: Sizes) -> list[Metric]:
         Metric("raw_submit", "raw Dask `client.submit` tasks/s", "tasks/s"),
         Metric("sleep", f"{sizes.sleeps} × 10 ms s", "s"),
         Metric("payload", f"{sizes.payload_mib} MiB round trip s", "s"),
+        Metric("mpi_calls", "2-rank no-op MPI calls/s", "tasks/s"),
         Metric("shutdown", "shutdown s", "s"),
         Metric("total", "total s", "s"),
     ]
@@ -47,7 +48,7 @@ def figures(bench: Mapping, t0: float, t_return: float) -> dict[str, float]:
     """One run's figures from the client's BENCH record and the launcher's start/return times."""
     phases = bench.get("phases", {})
     out = {"ready": bench["t_ready"] - t0, "executor": bench["t_executor"] - t0}
-    for key in ("map", "map_chunked", "submit", "raw_submit"):
+    for key in ("map", "map_chunked", "submit", "raw_submit", "mpi_calls"):
         if key in phases:
             out[key] = phases[key]["tasks_per_s"]
     for key in ("sleep", "payload"):
@@ -89,6 +90,8 @@ TARGETS = (
     Target("ready ≤ 0.7× SLURMRunner", "ready", 0.7, False, "slurmrunner", "ready"),
     Target("shutdown ≤ 0.3 s", "shutdown", 0.3, False),
     Target("total ≤ 0.5× SLURMRunner", "total", 0.5, False, "slurmrunner", "total"),
+    Target("2-rank MPI calls ≥ 100× `mpiexec -n 2` per call", "mpi_calls", 100.0, True,
+           "mpiexec-per-call", "mpi_calls"),
 )
 
 
