@@ -15,7 +15,7 @@ import types
 
 import cloudpickle
 import pytest
-from helpers import JOBS, MPI_LOOPBACK, have_mpi, require, run_job, slurm_is_up
+from helpers import JOBS, MPI_LOOPBACK, ROOT, have_mpi, require, run_job, slurm_is_up
 
 import hpcfutures
 from hpcfutures import LauncherError, MPITask, mpi_task
@@ -131,6 +131,18 @@ def test_a_member_that_dies_ends_the_mpi_job_at_once():
     assert job.returncode != 0 and "the call whose member died returned" not in job.stderr, job
     assert "died (or lost its connection) while it ran member rank 1 of 2" in job.stderr, job
     assert "MPI_Abort" in job.stderr and job.seconds < 30, job
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_the_example_runs():
+    """examples/mpi_tasks.py, on 6 ranks (4 workers: the 2-rank calls follow the 4-rank one)."""
+    require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    job = run_job(["mpiexec", "-n", "6", sys.executable, ROOT / "examples" / "mpi_tasks.py"],
+                  env=MPI_ENV, timeout=75)
+    assert job.returncode == 0, job
+    assert ("integral of sin over [0, pi] ~= 2.000000 on 4 ranks; halves 1.000000 + 1.000000"
+            in job.stdout and "cos(pi) = -1.0" in job.stdout), job
 
 
 @pytest.mark.mpi
