@@ -163,6 +163,8 @@ class TaskBridge:
             self._outstanding.discard(future)
         if future.cancelled() and future._dask is not None:
             self._loop.call_soon(self._release, future)
+        elif future.cancelled() and self._mpi_calls.asking(future):
+            self._loop.call_soon(self._mpi_calls.cancelled, future)
 
     # ------------------------------------------------------------ loop thread
     def _release(self, future: TaskFuture) -> None:

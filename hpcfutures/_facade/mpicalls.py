@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from typing import Any
 from .._errors import RemoteTraceback
 from .._remote.calls import restore_traceback
 from .._remote.mpitask import raised_by_the_call, run_member
+from .._reports.summary import CALLS_ANNOTATION
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
 from .mpitask import MPITask
@@ -71,6 +73,8 @@ class MPICalls:
         self._asking: asyncio.Semaphore | None = None
         #: The calls whose members run now: call -> (task, world ranks).
         self._running: dict[str, tuple[MPITask, list[int]]] = {}
+        #: The calls still asking for ranks, by future (withdrawn at once when cancelled).
+        self._asking_for: dict[TaskFuture, str] = {}
         self._following = False
 
     def start(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
@@ -80,6 +84,19 @@ class MPICalls:
             _dask.follow_member_losses(self._client, self._member_lost)
             self._following = True
         self._in_background(self._run(future, task, args, kwargs))
+
+    def asking(self, future: TaskFuture) -> bool:
+        """Whether ``future``'s call is asking the scheduler for ranks (any thread)."""
+        return future in self._asking_for
+
+    def cancelled(self, future: TaskFuture) -> None:
+        """The user cancelled ``future``: withdraw its request now, so that it does not
+        hold up the calls behind it (loop thread)."""
+        from .. import _dask
+
+        call = self._asking_for.pop(future, None)
+        if call is not None:
+            self._in_background(_quietly(_dask.release_ranks(self._client, call)))
 
     def _member_lost(self, call: str, world_rank: int | None) -> None:
         """A worker died under a running call: end the MPI job (see the module's doc)."""
@@ -135,24 +152,31 @@ class MPICalls:
         if self._asking is None:  # made on the loop thread
             self._asking = asyncio.Semaphore(ASKING_AT_ONCE)
         async with self._asking:
-            while not future.done() and self._broken() is None:
-                answer = await _dask.reserve_ranks(self._client, call, ranks, RESERVE_WAIT,
-                                                   keys)
-                if "error" in answer:
-                    raise RuntimeError(answer["error"])
-                if "workers" in answer:
-                    return answer
+            self._asking_for[future] = call
+            try:
+                while not future.done() and self._broken() is None:
+                    answer = await _dask.reserve_ranks(self._client, call, ranks,
+                                                       RESERVE_WAIT, keys)
+                    if "error" in answer:
+                        raise RuntimeError(answer["error"])
+                    if "workers" in answer:
+                        return answer
+            finally:
+                self._asking_for.pop(future, None)
         return None
 
     async def _members(self, task: MPITask, grant: dict, keys: list[str], args: tuple,
                        kwargs: dict) -> list[Any]:
         """Run the members; member 0's value, then the others' exceptions (None: fine)."""
         world_ranks = tuple(grant["world_ranks"])
-        members = [
-            self._client.submit(run_member, task.fn, args, kwargs, world_ranks, grant["tag"],
-                                index, key=keys[index], workers=[address],
-                                allow_other_workers=False, pure=False)
-            for index, address in enumerate(grant["workers"])]
+        members = []
+        for index, address in enumerate(grant["workers"]):
+            # The end-of-run summary counts one call, member 0's (see sending.py).
+            with _counted_as(1 if index == 0 else 0):
+                members.append(self._client.submit(
+                    run_member, task.fn, args, kwargs, world_ranks, grant["tag"], index,
+                    key=keys[index], workers=[address], allow_other_workers=False,
+                    pure=False))
         errors = await self._first_failure(members)
         if any(error is not None for error in errors):
             return [None, *errors]
@@ -192,6 +216,15 @@ class MPICalls:
                 failed, getattr(getattr(task, "fn", None), "__qualname__", call),
                 len(waiting))
         return errors
+
+
+def _counted_as(calls: int) -> contextlib.AbstractContextManager:
+    """Annotate the tasks made inside as ``calls`` user calls (none: 1, the default)."""
+    if calls == 1:
+        return contextlib.nullcontext()
+    import dask  # imported by the client already
+
+    return dask.annotate(**{CALLS_ANNOTATION: calls})
 
 
 def _start(future: TaskFuture) -> bool:

@@ -69,14 +69,25 @@ with hpcfutures.Executor() as ex:
 
     # two 2-rank calls and ordinary tasks at the same time
     pair = hpcfutures.mpi_task(held, ranks=2)
-    calls = [ex.submit(pair, 0.8) for _ in range(2)]
-    plain = [ex.submit(busy, 0.8) for _ in range(2)]
+    calls = [ex.submit(pair, 1.0) for _ in range(2)]
+    plain = [ex.submit(busy, 1.0) for _ in range(2)]
     spans = [f.result(timeout=60) for f in calls]
     spans_plain = [f.result(timeout=60) for f in plain]
     starts = [s[0] for s in spans + spans_plain]
     ends = [s[1] for s in spans + spans_plain]
     check("two calls and plain tasks at once", max(starts) < min(ends), (starts, ends))
     check("disjoint groups", not set(spans[0][2]) & set(spans[1][2]), [s[2] for s in spans])
+
+    # a call that waits for ranks can be cancelled, and holds up nobody after it
+    holding = [ex.submit(pair, 1.0) for _ in range(2)]
+    big = ex.submit(hpcfutures.mpi_task(total, ranks=6), 0)
+    time.sleep(0.2)
+    cancelled = big.cancel()
+    started = time.monotonic()
+    after = ex.submit(hpcfutures.mpi_task(total, ranks=6), 1).result(timeout=60)
+    check("cancel while waiting", cancelled and after[1] == 6,
+          f"{time.monotonic() - started:.2f} s after the cancel")
+    [f.result(timeout=60) for f in holding]
 
     # a group of 1
     value, size, ranks = ex.submit(hpcfutures.mpi_task(total, ranks=1), 5).result(timeout=60)
