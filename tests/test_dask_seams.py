@@ -34,6 +34,7 @@ from distributed.core import Status
 from hpcfutures import _dask
 from hpcfutures._dask._common import CLOSE_TIMEOUT, STREAM_INTERVAL, _hurry
 from hpcfutures._dask.cluster import dashboard_facts_here
+from hpcfutures._dask.mpigroups import USABLE
 from hpcfutures._dask.release import IdleRelease
 from hpcfutures._facade.capacity import ask_worker_memory, host_memory
 from hpcfutures._reports.summary import CALLS_ANNOTATION
@@ -742,6 +743,8 @@ def test_ranks_are_reserved_together_kept_off_ordinary_tasks_and_never_released_
         async with live(workers=3) as cluster:
             scheduler, client = cluster.scheduler, cluster.client
             groups = cluster.service.coordinator.groups
+            assert USABLE <= {status.name for status in Status}, (
+                "Dask renamed a worker status that mpigroups.USABLE names")
             with seam("Scheduler.handlers (hpcfutures_mpi_reserve)"):
                 first = await _dask.reserve_ranks(client, "call-a", 2, wait=5)
             with seam("WorkerState.name (rank-<world rank>)"):

@@ -6,7 +6,7 @@ event loop) until that many are free: a call never holds part of a group
 while it waits for the rest, so two waiting calls can never block each
 other.  Requests are granted in the order they came (a large call is not
 starved by a stream of small ones).  A worker is free when no call holds it,
-it is running, it is an MPI rank (its name is ``rank-<world rank>``) and the
+it has joined and is not leaving, it is an MPI rank (its name is ``rank-<world rank>``) and the
 idle release (release.py) is not retiring it::
 
     client                         scheduler (RankGroups)
@@ -46,6 +46,9 @@ RELEASE_OP = "hpcfutures_mpi_release"
 MEMBER_LOST_TOPIC = "hpcfutures-mpi-member-lost"
 #: Task states in which a member task has ended (its worker is done with it).
 MEMBER_ENDS = frozenset({"memory", "erred", "forgotten"})
+#: Worker states in which a worker may be granted: one that joined a moment ago is
+#: still "init" (Dask sends it the member once it runs), a paused one resumes.
+USABLE = frozenset({"init", "running", "paused"})
 #: Tags of MPI_Comm_create_group stay below this (MPI guarantees tags up to 32767).
 TAG_LIMIT = 32768
 
@@ -102,7 +105,7 @@ class RankGroups:
             return {"error": impossible}
         if call not in self._waiting:
             self._waiting[call] = (ranks, asyncio.get_running_loop().create_future())
-            self.changed()
+        self.changed()
         answer = self._waiting[call][1] if call in self._waiting else None
         if answer is None:
             return self._grants[call]
@@ -158,7 +161,7 @@ class RankGroups:
         free = [(len(ws.processing), world_rank(ws.name), address)
                 for address, ws in self.scheduler.workers.items()
                 if address not in self.held and address not in unavailable
-                and ws.status.name == "running" and world_rank(ws.name) is not None]
+                and ws.status.name in USABLE and world_rank(ws.name) is not None]
         return [address for *_, address in sorted(free)]
 
     def _keep_ordinary_tasks_off(self, address: str) -> None:
