@@ -5,8 +5,11 @@ shortens ``BatchedSend.interval``, adds scheduler handlers and worker stream
 handlers, replaces the worker's ``close`` handlers, reads the scheduler's
 ``queued``/``unrunnable`` and each ``WorkerState``, counts ``startstops`` and
 ``suspicious`` in a scheduler plug-in, asks the ``identity``/``ncores``
-RPCs, and runs the executor's initializer in a worker plug-in (in
-``Worker.executors["default"]``, before a late worker's first instruction).
+RPCs, runs the executor's initializer in a worker plug-in (in
+``Worker.executors["default"]``, before a late worker's first instruction), and
+for MPI tasks takes reserved workers out of ``Scheduler.idle`` and
+``idle_task_count`` (back with ``check_idle_saturated``) and frees them from
+a ``transition`` hook.
 None of that is Dask's public API, so a Dask release may rename any of it.
 Each test here exercises one such seam for real, on a scheduler and workers in
 this process (one asyncio loop, 127.0.0.1, no TLS), and fails with
