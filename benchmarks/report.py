@@ -40,6 +40,7 @@ def metrics(sizes: Sizes) -> list[Metric]:
         Metric("payload", f"{sizes.payload_mib} MiB round trip s", "s"),
         Metric("journal_ratio", f"{sizes.journal_sleeps} × 10 ms with ÷ without journal", "×"),
         Metric("journal_rerun", f"rerun of {sizes.journal_rerun} journaled calls s", "s"),
+        Metric("mpi_calls", "2-rank no-op MPI calls/s", "tasks/s"),
         Metric("shutdown", "shutdown s", "s"),
         Metric("total", "total s", "s"),
     ]
@@ -49,7 +50,7 @@ def figures(bench: Mapping, t0: float, t_return: float) -> dict[str, float]:
     """One run's figures from the client's BENCH record and the launcher's start/return times."""
     phases = bench.get("phases", {})
     out = {"ready": bench["t_ready"] - t0, "executor": bench["t_executor"] - t0}
-    for key in ("map", "map_chunked", "submit", "raw_submit"):
+    for key in ("map", "map_chunked", "submit", "raw_submit", "mpi_calls"):
         if key in phases:
             out[key] = phases[key]["tasks_per_s"]
     for key in ("sleep", "payload", "journal_rerun"):
@@ -97,6 +98,8 @@ TARGETS = (
            "journal_ratio", 1.10, False),
     Target("rerun finding {journal_rerun} journaled calls ≤ {goal:.3g} s", "journal_rerun", 1.0,
            False),
+    Target("2-rank MPI calls ≥ 100× `mpiexec -n 2` per call", "mpi_calls", 100.0, True,
+           "mpiexec-per-call", "mpi_calls"),
 )
 
 

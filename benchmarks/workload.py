@@ -21,6 +21,11 @@ Steps (``QUICK``-sized when ``BENCH_QUICK=1``):
 5. sleep       ``list(ex.map(sleep10ms, range(S)))``;
 6. payload     ``ex.submit(identity, payload).result()`` with a ``PAYLOAD_MIB`` bytes object.
 
+MPI tasks (issue 20) have their own two jobs, each printing the same kind of line:
+``mpi_calls`` is calls per second of a 2-rank call that does one ``allreduce`` and nothing
+else, through ``hpcfutures.mpi_task`` (:func:`run_mpi_calls`, 2 workers) or started as
+``mpiexec -n 2 python -c ...`` per call (:func:`run_mpiexec_per_call`).
+
 Only this module's functions are sent to workers, so it must be importable there: the harness
 puts the repository's root on ``PYTHONPATH`` (``benchmarks.workload``).
 """
@@ -35,8 +40,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Sizes", "identity", "inc", "report", "run_journal_workload", "run_workload",
-           "sizes_from_env", "sleep10ms"]
+__all__ = ["Sizes", "identity", "inc", "mpi_noop", "report", "run_journal_workload",
+           "run_mpi_calls", "run_mpiexec_per_call", "run_workload", "sizes_from_env",
+           "sleep10ms"]
 
 #: Prefix of the line the client prints with its measurements.
 BENCH_PREFIX = "BENCH "
@@ -57,9 +63,12 @@ class Sizes:
     payload_mib: int = 40      # size of the bytes argument sent and returned
     journal_sleeps: int = 2000  # 10 ms tasks mapped with a journal and without
     journal_rerun: int = 100_000  # trivial calls found in the journal by a rerun
+    mpi_calls: int = 200       # 2-rank MPI calls through hpcfutures.mpi_task
+    mpi_launches: int = 10     # the same call, each its own mpiexec -n 2
 
 
-QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000)
+QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000,
+              mpi_calls=20, mpi_launches=2)
 
 
 def sizes_from_env(environ=os.environ) -> Sizes:
@@ -79,6 +88,16 @@ def sleep10ms(x: int) -> int:
 
 def identity(x: Any) -> Any:
     return x
+
+
+def mpi_noop(comm: Any, x: int) -> int:
+    """The MPI call of both MPI jobs: one allreduce over the call's ranks."""
+    return comm.allreduce(1)
+
+
+#: The same call as a program of its own, for ``mpiexec -n 2 python -c``.
+MPI_NOOP_PROGRAM = ("from mpi4py import MPI\n"
+                    "assert MPI.COMM_WORLD.allreduce(1) == 2\n")
 
 
 # --------------------------------------------------------------- the steps
@@ -177,6 +196,33 @@ def run_journal_workload(make_executor: Callable[..., Any], rec: Recorder, journ
         rec.step("journal_rerun", lambda: list(ex.map(inc, range(r))),
                  list(range(1, r + 1)).__eq__)
         rec.mark("last")
+
+
+def run_mpi_calls(ex, rec: Recorder, *, sizes: Sizes, mpi_task: Callable[..., Any]) -> None:
+    """The first task, then ``sizes.mpi_calls`` 2-rank no-op MPI calls through ``ex.map``."""
+    rec.step("first_task", lambda: ex.submit(inc, 0).result(), lambda v: v == 1)
+    rec.mark("ready")
+    n = sizes.mpi_calls
+    rec.step("mpi_calls", lambda: list(ex.map(mpi_task(mpi_noop, ranks=2), range(n))),
+             lambda values: values == [2] * n, n)
+    rec.mark("last")
+
+
+def run_mpiexec_per_call(rec: Recorder, *, sizes: Sizes) -> None:
+    """``sizes.mpi_launches`` times the same call, each started with ``mpiexec -n 2``."""
+    import subprocess
+
+    command = ["mpiexec", "-n", "2", sys.executable, "-c", MPI_NOOP_PROGRAM]
+
+    def launches() -> list[int]:
+        return [subprocess.run(command, timeout=60, check=False).returncode
+                for _ in range(sizes.mpi_launches)]
+
+    rec.mark("executor")
+    rec.mark("ready")  # nothing to set up: every call starts its own job
+    rec.step("mpi_calls", launches, lambda codes: codes == [0] * sizes.mpi_launches,
+             sizes.mpi_launches)
+    rec.mark("last")
 
 
 def report(rec: Recorder, **extra: Any) -> None:

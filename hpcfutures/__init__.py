@@ -53,6 +53,7 @@ from ._errors import (
 from ._facade.allocate import AllocatedExecutor, allocate
 from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
+from ._facade.mpitask import MPITask, mpi_task
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
 try:
@@ -75,6 +76,7 @@ __all__ = [
     "LauncherError",
     "LocalExecutor",
     "MPIExecutor",
+    "MPITask",
     "MissingDependencyError",
     "NestedExecutorError",
     "NotEnoughRanksError",
@@ -92,5 +94,6 @@ __all__ = [
     "WorkerCrashError",
     "allocate",
     "connect",
+    "mpi_task",
     "stop",
 ]

@@ -52,3 +52,12 @@ def test_executor_is_a_context_manager_returning_itself():
         assert isinstance(executor, hpcfutures.Executor)
         assert executor.role == "standalone"
         assert executor.submit(square, 3).result(timeout=30) == 9
+
+
+def test_an_mpi_task_on_the_laptop_names_the_launches_with_an_mpi_world(ex):
+    """Issue 20: the laptop's workers are no MPI world; submit and map say what gives one."""
+    task = hpcfutures.mpi_task(square, ranks=2)
+    for attempt in (lambda: ex.submit(task, 3), lambda: ex.map(task, [3])):
+        with pytest.raises(hpcfutures.LauncherError,
+                           match=r"single process.*mpiexec -n <N>.*srun --mpi=pmi2"):
+            attempt()

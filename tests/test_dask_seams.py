@@ -5,8 +5,11 @@ shortens ``BatchedSend.interval``, adds scheduler handlers and worker stream
 handlers, replaces the worker's ``close`` handlers, reads the scheduler's
 ``queued``/``unrunnable`` and each ``WorkerState``, counts ``startstops`` and
 ``suspicious`` in a scheduler plug-in, asks the ``identity``/``ncores``
-RPCs, and runs the executor's initializer in a worker plug-in (in
-``Worker.executors["default"]``, before a late worker's first instruction).
+RPCs, runs the executor's initializer in a worker plug-in (in
+``Worker.executors["default"]``, before a late worker's first instruction), and
+for MPI tasks takes reserved workers out of ``Scheduler.idle`` and
+``idle_task_count`` (back with ``check_idle_saturated``) and frees them from
+a ``transition`` hook.
 None of that is Dask's public API, so a Dask release may rename any of it.
 Each test here exercises one such seam for real, on a scheduler and workers in
 this process (one asyncio loop, 127.0.0.1, no TLS), and fails with
@@ -34,6 +37,7 @@ from distributed.core import Status
 from hpcfutures import _dask
 from hpcfutures._dask._common import CLOSE_TIMEOUT, STREAM_INTERVAL, _hurry
 from hpcfutures._dask.cluster import dashboard_facts_here
+from hpcfutures._dask.mpigroups import USABLE
 from hpcfutures._dask.release import IdleRelease
 from hpcfutures._facade.capacity import ask_worker_memory, host_memory
 from hpcfutures._reports.summary import CALLS_ANNOTATION
@@ -727,5 +731,64 @@ def test_without_retries_the_scheduler_keeps_no_queue():
             await scheduler.remove_worker(holder.address, stimulus_id="seam-test-lost")
             again = await asyncio.wait_for(cluster.client.gather(futures), 10)
             assert again == [0.01] * 12
+
+    run(scenario())
+
+
+# ------------------------------------------------------ MPI tasks' reserved ranks
+def test_ranks_are_reserved_together_kept_off_ordinary_tasks_and_never_released_as_idle():
+    """mpigroups.RankGroups on a real scheduler: Scheduler.handlers for reserve and
+    release, the Coordinator's transition hook, WorkerState.name/status/processing,
+    and the scheduler's idle sets
+    (Scheduler.idle, Scheduler.idle_task_count, Scheduler.check_idle_saturated)
+    from which a reserved worker is taken until its member task arrives."""
+    async def scenario() -> None:
+        async with live(workers=3) as cluster:
+            scheduler, client = cluster.scheduler, cluster.client
+            groups = cluster.service.coordinator.groups
+            assert USABLE <= {status.name for status in Status}, (
+                "Dask renamed a worker status that mpigroups.USABLE names")
+            with seam("Scheduler.handlers (hpcfutures_mpi_reserve)"):
+                first = await _dask.reserve_ranks(client, "call-a", 2, wait=5)
+            with seam("WorkerState.name (rank-<world rank>)"):
+                assert list(first["world_ranks"]) == [
+                    int(scheduler.workers[a].name[5:]) for a in first["workers"]]
+            assert len(set(first["world_ranks"])) == 2, first
+            held = set(first["workers"])
+            with seam("Scheduler.idle / Scheduler.idle_task_count"):
+                assert not held & set(scheduler.idle), "a reserved worker stayed idle for Dask"
+                assert not {ws.address for ws in scheduler.idle_task_count} & held
+            # an ordinary task goes to the one worker nobody holds
+            plain = client.submit(nap, 0, key="plain-x1-1", pure=False)
+            assert await plain == 0
+            assert not {ws.address for ws in scheduler.tasks["plain-x1-1"].who_has} & held
+            # a second call for two waits (no part of a group is held meanwhile) ...
+            waiting = asyncio.ensure_future(_dask.reserve_ranks(client, "call-b", 2, wait=5))
+            await asyncio.sleep(0.3)
+            assert not waiting.done() and len(groups.held) == 2
+            # ... and the idle release never takes a held worker
+            release = IdleRelease(scheduler, idle_after=0, keep=1, say_goodbye=print,
+                                  held=groups.holds)
+            assert not held & set(release.idle_workers(time.monotonic()))
+            # the release grants the waiting call at once, and Dask may use the rest again
+            with seam("Scheduler.handlers (hpcfutures_mpi_release) / check_idle_saturated"):
+                await _dask.release_ranks(client, "call-a")
+            second = await asyncio.wait_for(waiting, 5)
+            assert len(set(second["workers"])) == 2 and second["tag"] != first["tag"]
+            free = (held | {w for w in scheduler.workers}) - set(second["workers"])
+            assert free <= set(scheduler.idle), "a released worker did not become idle again"
+            # more ranks than the launch has: waits, and says so when it can never come
+            groups.capacity = lambda: 3
+            answer = await _dask.reserve_ranks(client, "call-c", 4, wait=1)
+            assert "only 3 worker(s)" in answer["error"]
+            await _dask.release_ranks(client, "call-b")
+            assert not groups.held
+            # the end of a call's member tasks frees its workers, without a release
+            third = await _dask.reserve_ranks(client, "call-d", 1, wait=5, keys=["member-x1-0"])
+            with seam("SchedulerPlugin.transition (a member task's end)"):
+                assert await client.submit(nap, 0, key="member-x1-0", pure=False,
+                                           workers=third["workers"],
+                                           allow_other_workers=False) == 0
+                await cluster.until(lambda: not groups.held, "the member's end freeing its rank")
 
     run(scenario())

@@ -51,6 +51,7 @@ from .cluster import (
 )
 from .deaths import death_certificate, lost_worker, report_death
 from .initializer import register_initializer
+from .mpigroups import follow_member_losses, release_ranks, reserve_ranks
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
@@ -73,15 +74,18 @@ __all__ = [
     "death_certificate",
     "finish_client",
     "follow_cluster",
+    "follow_member_losses",
     "knock",
     "lost_worker",
     "make_security",
     "probe",
     "register_initializer",
+    "release_ranks",
     "released_workers",
     "report_death",
     "report_startup_failure",
     "request_stop",
+    "reserve_ranks",
     "run_worker",
     "start_usage",
     "startup_error",

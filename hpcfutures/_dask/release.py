@@ -41,11 +41,14 @@ class IdleRelease:
 
     def __init__(self, scheduler: Scheduler, idle_after: float, keep: int,
                  say_goodbye: Callable[[str], None],
-                 started: Callable[[], bool] = lambda: True) -> None:
+                 started: Callable[[], bool] = lambda: True,
+                 held: Callable[[str], bool] = lambda address: False) -> None:
         self.scheduler = scheduler
         #: Whether work can have started: before a client connects, workers
         #: that wait for it are not idle (a queue may hold the client for hours).
         self.started = started
+        #: Whether an MPI task holds a worker (see mpigroups.py): never idle then.
+        self.held = held
         self.idle_after = idle_after
         self.keep = max(1, keep)
         #: Sends a retiring worker its exit status before it is closed.
@@ -53,6 +56,8 @@ class IdleRelease:
         #: Names of the workers retired so far (the client asks, so as not to
         #: report them as lost).
         self.released: list[str] = []
+        #: Addresses of the workers being retired (no MPI task may have them).
+        self.retiring: set[str] = set()
         self._idle_since: dict[str, float] = {}
 
     def _busy(self) -> bool:
@@ -69,7 +74,7 @@ class IdleRelease:
             self._idle_since.clear()
             return []
         for address, state in workers.items():
-            if state.processing or state.status.name != "running":
+            if state.processing or state.status.name != "running" or self.held(address):
                 self._idle_since.pop(address, None)
             else:
                 self._idle_since.setdefault(address, now)
@@ -94,9 +99,13 @@ class IdleRelease:
         candidates = self.idle_workers(now)[:max(0, spare)]
         if not candidates:
             return []
-        retired = await self.scheduler.retire_workers(
-            workers=candidates, close_workers=False, remove=False,
-            stimulus_id=f"hpcfutures-release-idle-{now}")
+        self.retiring.update(candidates)
+        try:
+            retired = await self.scheduler.retire_workers(
+                workers=candidates, close_workers=False, remove=False,
+                stimulus_id=f"hpcfutures-release-idle-{now}")
+        finally:
+            self.retiring.difference_update(candidates)
         for address in retired:
             self._idle_since.pop(address, None)
             self.say_goodbye(address)

@@ -27,6 +27,7 @@ from ._common import (
     _hurry,
 )
 from .deaths import AWAIT_DEATH_OP, Deaths
+from .mpigroups import MEMBER_ENDS, RankGroups
 from .release import IdleRelease
 
 __all__ = ["Coordinator", "SchedulerService"]
@@ -80,6 +81,10 @@ class Coordinator(SchedulerPlugin):
         self._workers_changed = asyncio.Event()
         #: Dead workers' certificates, and whether any worker is left (deaths.py).
         self.deaths = Deaths()
+        #: Workers reserved for MPI tasks (mpigroups.py).
+        self.groups = RankGroups()
+        if expected_workers is not None:
+            self.groups.capacity = lambda: expected_workers
         if not keep_serving:
             self.deaths.capacity = expected_workers
 
@@ -92,6 +97,7 @@ class Coordinator(SchedulerPlugin):
         scheduler.handlers[AWAIT_WORKERS_OP] = self._await_workers
         scheduler.handlers[AWAIT_DEATH_OP] = self._await_death
         self.deaths.install(scheduler)
+        self.groups.install(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -114,11 +120,18 @@ class Coordinator(SchedulerPlugin):
             # scheduler's closing for a failure, and its rank would exit 1.
             scheduler.worker_send(worker, {"op": VERDICT_OP, "status": self.verdict})
         _announce_cluster(scheduler)
+        self.groups.changed()
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         if self.verdict is None:
             self.deaths.departed_worker(worker)
+            self.groups.worker_left(worker)
         _announce_cluster(scheduler, leaving=worker)
+        self.groups.changed()
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish in MEMBER_ENDS:  # an MPI task's member may free its group
+            self.groups.member_ended(key)
 
     async def _await_death(self, worker: str, timeout: float) -> dict[str, Any]:
         """A dead worker's certificate (waiting up to ``timeout`` s for its watcher),
@@ -304,8 +317,13 @@ class SchedulerService:
             # The worker's rank exits with this status: done, not failed.
             scheduler.worker_send(address, {"op": VERDICT_OP, "status": 0})
 
+        groups = self.coordinator.groups
         release = IdleRelease(scheduler, idle_after, keep, say_goodbye,
-                              started=self.coordinator.client_seen.is_set)
+                              started=self.coordinator.client_seen.is_set, held=groups.holds)
+        groups.unavailable = lambda: release.retiring
+        expected = self.coordinator.expected_workers
+        if expected is not None:  # a released worker never comes back
+            groups.capacity = lambda: expected - len(release.released)
         scheduler.handlers[RELEASED_OP] = lambda: list(release.released)
         task = asyncio.ensure_future(release.run())
         self._background.append(task)

@@ -39,6 +39,8 @@ from .bundles import SubmitStream
 from .capacity import WorkerMemory, ask_worker_memory
 from .completions import Completions
 from .futures import TaskFuture, settle
+from .mpicalls import MPICalls
+from .mpitask import MPITask
 from .recovery import Recovery
 from .roster import WorkerRoster
 from .sending import Sender
@@ -79,6 +81,8 @@ class TaskBridge:
                                   self._completions.in_background)
         self._completions.recover = self._recovery.lost
         self._submits = SubmitStream(self.batcher, self._sender, self.wake)
+        self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
+                                   self.break_executor)
         self.batcher.open(self._submits)
         self._tally: Any = None
         #: How errors name the scheduler's rank and a worker's (set by the client side).
@@ -123,6 +127,19 @@ class TaskBridge:
         self.wake()
         return future
 
+    def submit_mpi(self, task: MPITask, args: tuple, kwargs: dict) -> TaskFuture:
+        """One MPI task: never bundled, started on the loop thread (see mpicalls.py)."""
+        future = TaskFuture()
+        with self._lock:
+            if self._broken is not None:
+                raise self._broken
+            self._outstanding.add(future)
+        future.add_done_callback(self._on_done)
+        if self._tally is not None:
+            future.add_done_callback(self._tally.future_done)
+        self._loop.call_soon(self._mpi_calls.start, future, task, args, kwargs)
+        return future
+
     def send_chunk(self, fn: Callable[..., Any], chunk: list[tuple],
                    depends: bool) -> TaskFuture:
         """Queue a map chunk cut by the engine (loop thread, sent by this flush)."""
@@ -164,6 +181,8 @@ class TaskBridge:
             self._outstanding.discard(future)
         if future.cancelled() and future._dask is not None:
             self._loop.call_soon(self._release, future)
+        elif future.cancelled() and self._mpi_calls.asking(future):
+            self._loop.call_soon(self._mpi_calls.cancelled, future)
 
     # ------------------------------------------------------------ loop thread
     def _release(self, future: TaskFuture) -> None:

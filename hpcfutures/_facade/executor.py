@@ -28,6 +28,7 @@ from .closing import Closer, exit_status_for, interpreter_exiting
 from .draining import Drain
 from .journal import Journal, journal_name, open_journal, resumed_results
 from .mapping import MapRun
+from .mpitask import MPITask, check_launch
 from .progress import open_bar, progress_mode
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
@@ -264,6 +265,9 @@ class Executor(cf.Executor):
         with self._lock:
             bridge = self._usable_bridge()
             refuse_foreign_futures(args, kwargs)
+            if isinstance(fn, MPITask):  # one call over several ranks (mpicalls.py)
+                check_launch(self._session, fn.ranks)
+                return bridge.submit_mpi(fn, args, kwargs)
             journal = self._journal_now()
             if journal is not None:
                 return journal.submit(bridge, fn, args, kwargs)
@@ -288,6 +292,8 @@ class Executor(cf.Executor):
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        if isinstance(fn, MPITask):  # each item its own call over several ranks
+            return super().map(fn, *iterables, timeout=timeout)
         mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
         items = _argument_tuples(iterables)

@@ -95,6 +95,11 @@ class Session:
         """Who this process is in the launch (an Identity), once negotiated; else None."""
         return None if self._plan is None else self._plan.identity
 
+    @property
+    def plan(self) -> Plan | None:
+        """What negotiation decided (None before :meth:`start`)."""
+        return self._plan
+
     def finish(self, status: int) -> None:
         """On the client: end the launch with ``status`` for the other ranks."""
         if self._client_side is not None:

@@ -1,4 +1,4 @@
-"""The one place that imports mpi4py, and only once the MPI launcher is used.
+"""MPI for the launch itself, started only once the MPI launcher is used.
 
 Initialising MPI has consequences for the whole process (a collective
 ``MPI_Finalize`` at exit, a launcher that kills the job when a rank leaves
@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from .._errors import LauncherError
 from .._support.backoff import Backoff
+from .._support.mpi import mpi_module
 
 __all__ = ["Broadcast", "DeadlinePassed", "abort", "exit_process", "finalize_together",
            "is_active", "world", "world_facts"]
@@ -48,15 +49,7 @@ class DeadlinePassed(Exception):
 
 def _mpi() -> Any:
     """The ``mpi4py.MPI`` module (importing it initialises MPI, unless the user said not to)."""
-    try:
-        from mpi4py import MPI
-    except ImportError as err:
-        raise LauncherError(
-            "the MPI launcher needs mpi4py, which is not installed: pip install "
-            "'hpcfutures[mpi]' (plus an MPI library, e.g. pip install mpich), or choose "
-            "another launcher with launcher=... / HPCFUTURES_LAUNCHER"
-        ) from err
-    return MPI
+    return mpi_module()
 
 
 def world() -> Any:

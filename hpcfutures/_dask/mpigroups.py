@@ -1,0 +1,230 @@
+"""Groups of worker ranks reserved all together for one MPI task.
+
+The scheduler keeps which worker belongs to which call.  A call asks for
+``ranks`` workers and gets them all at once, or waits (without blocking the
+event loop) until that many are free: a call never holds part of a group
+while it waits for the rest, so two waiting calls can never block each
+other.  Requests are granted in the order they came (a large call is not
+starved by a stream of small ones).  A worker is free when no call holds it,
+it has joined and is not leaving, it is an MPI rank (its name is ``rank-<world rank>``) and the
+idle release (release.py) is not retiring it::
+
+    client                         scheduler (RankGroups)
+    reserve(call, ranks, wait) --> queued; granted when `ranks` are free:
+                               <-- {workers, world_ranks, tag}
+                                   ... or {"waiting": True} after `wait` s
+                                   (ask again), or {"error": why} when the
+                                   launch can never have that many
+    member tasks, one pinned to each  the last member's end (seen by the
+    reserved worker, keys given in     Coordinator's transition hook) frees
+    the request                        them, and grants the next call at once
+    release(call)              --> frees them too (a call cancelled, or
+                                   failed before its members ran); a call
+                                   still queued is withdrawn
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._common import scheduler_rpc
+
+if TYPE_CHECKING:
+    from distributed import Client, Scheduler
+
+__all__ = ["RankGroups", "follow_member_losses", "release_ranks", "reserve_ranks",
+           "world_rank"]
+
+RESERVE_OP = "hpcfutures_mpi_reserve"
+RELEASE_OP = "hpcfutures_mpi_release"
+#: Event topic on which the scheduler says that a worker died under a running MPI task.
+MEMBER_LOST_TOPIC = "hpcfutures-mpi-member-lost"
+#: Task states in which a member task has ended (its worker is done with it).
+MEMBER_ENDS = frozenset({"memory", "erred", "forgotten"})
+#: Worker states in which a worker may be granted: one that joined a moment ago is
+#: still "init" (Dask sends it the member once it runs), a paused one resumes.
+USABLE = frozenset({"init", "running", "paused"})
+#: Tags of MPI_Comm_create_group stay below this (MPI guarantees tags up to 32767).
+TAG_LIMIT = 32768
+
+
+def world_rank(name: object) -> int | None:
+    """The MPI world rank of a worker named ``rank-<n>`` by the launch, else None."""
+    text = str(name)
+    if not text.startswith("rank-") or not text[5:].isdigit():
+        return None
+    return int(text[5:])
+
+
+class RankGroups:
+    """The scheduler's book of reserved workers (a scheduler-side helper of the Coordinator)."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        #: Worker address -> the call holding it.
+        self.held: dict[str, str] = {}
+        self._grants: dict[str, dict[str, Any]] = {}
+        #: Member task key -> its call, for the members still running.
+        self._members: dict[str, str] = {}
+        #: Call -> its members still running.
+        self._running: dict[str, set[str]] = {}
+        #: Calls waiting for workers, first come first served: call -> (ranks, answer).
+        self._waiting: collections.OrderedDict[str, tuple[int, asyncio.Future[Any]]] = (
+            collections.OrderedDict())
+        self._tags = itertools.count()
+        #: Workers that must not be granted (being retired as idle): set by release.py.
+        self.unavailable: Callable[[], set[str]] = set
+        #: How many workers the launch can still have (None: not known).
+        self.capacity: Callable[[], int | None] = lambda: None
+
+    def install(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.handlers[RESERVE_OP] = self._reserve
+        scheduler.handlers[RELEASE_OP] = self._release
+
+    def holds(self, address: str) -> bool:
+        """Whether a call holds the worker at ``address`` (it is not idle then)."""
+        return address in self.held
+
+    # ------------------------------------------------------------ handlers
+    async def _reserve(self, call: str, ranks: int, wait: float,
+                       keys: list[str] | None = None) -> dict[str, Any]:
+        if keys and call not in self._running:
+            self._running[call] = set(keys)
+            self._members.update(dict.fromkeys(keys, call))
+        if call in self._grants:
+            return self._grants[call]
+        impossible = self._impossible(ranks)
+        if impossible:
+            self._waiting.pop(call, None)
+            return {"error": impossible}
+        if call not in self._waiting:
+            self._waiting[call] = (ranks, asyncio.get_running_loop().create_future())
+        self.changed()
+        answer = self._waiting[call][1] if call in self._waiting else None
+        if answer is None:
+            return self._grants[call]
+        with contextlib.suppress(asyncio.TimeoutError):
+            return dict(await asyncio.wait_for(asyncio.shield(answer), wait))
+        return {"waiting": True}
+
+    def worker_left(self, address: str) -> None:
+        """A worker left: if it held a running MPI task, tell the client (its other
+        members may wait for it in a collective forever: MPI's rule ends the job)."""
+        call = self.held.get(address)
+        if call is None or not self._running.get(call) or self.scheduler is None:
+            return
+        grant = self._grants[call]
+        rank = grant["world_ranks"][list(grant["workers"]).index(address)]
+        self.scheduler.log_event(MEMBER_LOST_TOPIC, {"call": call, "worker": address,
+                                                     "world_rank": rank})
+
+    def member_ended(self, key: Any) -> None:
+        """A member task ended: once all of its call's have, its workers are free."""
+        call = self._members.pop(key, None) if isinstance(key, str) else None
+        if call is None:
+            return
+        running = self._running.get(call, set())
+        running.discard(key)
+        if not running:
+            self._release(call)
+
+    def _release(self, call: str) -> str:
+        for key in self._running.pop(call, ()):
+            self._members.pop(key, None)
+        self._waiting.pop(call, None)
+        grant = self._grants.pop(call, None)
+        for address in grant["workers"] if grant else ():
+            if self.held.get(address) == call:
+                del self.held[address]
+                self._open_to_ordinary_tasks(address)
+        self.changed()
+        return "ok"
+
+    # ------------------------------------------------------------ granting
+    def _impossible(self, ranks: int) -> str:
+        capacity = self.capacity()
+        if capacity is not None and ranks > capacity:
+            return (f"an MPI task asks for {ranks} ranks, but the launch can have only "
+                    f"{capacity} worker(s) any more (the others were released as idle)")
+        return ""
+
+    def _free(self) -> list[str]:
+        """Free MPI worker ranks, the least busy first."""
+        assert self.scheduler is not None
+        unavailable = self.unavailable()
+        free = [(len(ws.processing), world_rank(ws.name), address)
+                for address, ws in self.scheduler.workers.items()
+                if address not in self.held and address not in unavailable
+                and ws.status.name in USABLE and world_rank(ws.name) is not None]
+        return [address for *_, address in sorted(free)]
+
+    def _keep_ordinary_tasks_off(self, address: str) -> None:
+        """Until its member task arrives, Dask would see a reserved worker as idle and
+        give it the next ordinary task, which the member would then wait behind.
+        Out of the scheduler's idle sets, it gets ordinary tasks only when no worker
+        is idle (Dask puts it back once it has run a task)."""
+        assert self.scheduler is not None
+        ws = self.scheduler.workers[address]
+        self.scheduler.idle.pop(address, None)
+        self.scheduler.idle_task_count.discard(ws)
+
+    def _open_to_ordinary_tasks(self, address: str) -> None:
+        assert self.scheduler is not None
+        ws = self.scheduler.workers.get(address)
+        if ws is not None and ws.status.name == "running":
+            self.scheduler.check_idle_saturated(ws)
+
+    def changed(self) -> None:
+        """Grant what waits, in order, while the first in line fits (workers came or left)."""
+        if self.scheduler is None:
+            return
+        for address in [a for a in self.held if a not in self.scheduler.workers]:
+            del self.held[address]
+        while self._waiting:
+            call, (ranks, answer) = next(iter(self._waiting.items()))
+            free = self._free()
+            if len(free) < ranks:
+                return
+            del self._waiting[call]
+            workers = free[:ranks]
+            for address in workers:
+                self.held[address] = call
+                self._keep_ordinary_tasks_off(address)
+            grant = {"workers": workers,
+                     "world_ranks": [world_rank(self.scheduler.workers[a].name)
+                                     for a in workers],
+                     "tag": next(self._tags) % TAG_LIMIT}
+            self._grants[call] = grant
+            if not answer.done():
+                answer.set_result(grant)
+
+
+# ------------------------------------------------------------------ client
+async def reserve_ranks(client: Client, call: str, ranks: int, wait: float,
+                        keys: list[str] | None = None) -> dict[str, Any]:
+    """Ask the scheduler for ``ranks`` workers for ``call``, whose member tasks will have
+    ``keys`` (their end frees the workers); see :class:`RankGroups`."""
+    answer: dict[str, Any] = await asyncio.wait_for(
+        getattr(scheduler_rpc(client), RESERVE_OP)(call=call, ranks=ranks, wait=wait,
+                                                   keys=keys),
+        wait + 10)
+    return answer
+
+
+def follow_member_losses(client: Client, lost: Callable[[str, int | None], None]) -> None:
+    """Call ``lost(call, world_rank)`` when a worker dies under a running MPI task."""
+    def heard(event: tuple[float, dict[str, Any]]) -> None:
+        lost(event[1]["call"], event[1]["world_rank"])
+
+    client.subscribe_topic(MEMBER_LOST_TOPIC, heard)
+
+
+async def release_ranks(client: Client, call: str) -> None:
+    """Give ``call``'s workers back (or withdraw its request)."""
+    await asyncio.wait_for(getattr(scheduler_rpc(client), RELEASE_OP)(call=call), 10)

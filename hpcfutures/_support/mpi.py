@@ -1,0 +1,54 @@
+"""The one place that imports mpi4py, lazily: importing it initialises MPI.
+
+The MPI launcher (:mod:`hpcfutures.launchers._mpi`) gets the module here to
+start MPI, broadcast the scheduler's address and finalize; a worker gets here
+the communicator of one MPI task's members (:mod:`hpcfutures._remote.mpitask`).
+Nothing here initialises MPI at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import LauncherError
+
+__all__ = ["group_communicator", "mpi_module"]
+
+
+def mpi_module() -> Any:
+    """The ``mpi4py.MPI`` module (importing it initialises MPI, unless the user said not to)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as err:
+        raise LauncherError(
+            "the MPI launcher needs mpi4py, which is not installed: pip install "
+            "'hpcfutures[mpi]' (plus an MPI library, e.g. pip install mpich), or choose "
+            "another launcher with launcher=... / HPCFUTURES_LAUNCHER"
+        ) from err
+    return MPI
+
+
+def group_communicator(world_ranks: Sequence[int], tag: int) -> Any:
+    """A new communicator of just ``world_ranks`` (in that order), made by them alone.
+
+    MPI-3's ``MPI_Comm_create_group`` is collective over the group only, so
+    the other ranks of ``COMM_WORLD`` (the scheduler, the client, workers busy
+    with other calls) take no part.  ``tag`` keeps apart groups being made at
+    the same time.  The caller frees the communicator.
+    """
+    MPI = mpi_module()
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        raise LauncherError("an MPI task reached a worker that does not use MPI: start the "
+                            "launch with mpiexec or srun --mpi=pmi2")
+    world = MPI.COMM_WORLD
+    if world.Get_rank() not in world_ranks:
+        raise LauncherError(f"an MPI task for world ranks {list(world_ranks)} reached MPI rank "
+                            f"{world.Get_rank()}, which is not one of them")
+    whole = world.Get_group()
+    group = whole.Incl(list(world_ranks))
+    try:
+        return world.Create_group(group, tag)
+    finally:
+        group.Free()
+        whole.Free()

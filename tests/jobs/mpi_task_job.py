@@ -1,0 +1,122 @@
+"""Every case of issue 20 in one launch of 8 ranks (mpiexec or srun --mpi=pmi2): 6 workers.
+
+Prints one CHECK line per case and MPI TASKS OK at the end.  With the argument
+``dies``, a member's process dies instead: the MPI job must end at once.
+"""
+
+import os
+import sys
+import time
+
+from mpi4py import MPI
+
+import hpcfutures
+
+
+def total(comm, x):
+    """An allreduce over the call's ranks, and who took part."""
+    world = MPI.COMM_WORLD.Get_rank()
+    return comm.allreduce(comm.rank + x), comm.size, comm.allgather(world)
+
+
+def held(comm, seconds):
+    """Hold the group for a while; member 0 says when and where."""
+    comm.Barrier()
+    started = time.monotonic()
+    time.sleep(seconds)
+    comm.Barrier()
+    return started, time.monotonic(), comm.allgather(MPI.COMM_WORLD.Get_rank())
+
+
+def busy(seconds):
+    started = time.monotonic()
+    time.sleep(seconds)
+    return started, time.monotonic()
+
+
+def fails_on_one(comm):
+    if comm.rank == 1:
+        raise KeyError("member one fails")
+    return "rank 0 was fine"
+
+
+def doubled(comm, x):
+    return comm.allreduce(x)
+
+
+def dies_on_one(comm):
+    if comm.rank == 1:
+        os._exit(3)  # the behaviour under test: a member's process dies mid-call
+    comm.Barrier()  # ... while the other waits for it inside MPI
+
+
+def check(name, condition, detail=""):
+    print(f"CHECK {name}: {'ok' if condition else 'FAILED'} {detail}", flush=True)
+    if not condition:
+        sys.exit(1)
+
+
+if sys.argv[1:] == ["dies"]:
+    with hpcfutures.Executor() as ex:
+        ex.submit(hpcfutures.mpi_task(dies_on_one, ranks=2)).result(timeout=60)
+    sys.exit("the call whose member died returned")
+
+with hpcfutures.Executor() as ex:
+    # an allreduce over 4 ranks gives the right sum, over 4 distinct worker ranks
+    value, size, ranks = ex.submit(hpcfutures.mpi_task(total, ranks=4), 10).result(timeout=60)
+    check("allreduce", (value, size) == (0 + 1 + 2 + 3 + 4 * 10, 4), (value, size))
+    check("distinct workers", len(set(ranks)) == 4 and not {0, 1} & set(ranks), ranks)
+
+    # two 2-rank calls and ordinary tasks at the same time
+    pair = hpcfutures.mpi_task(held, ranks=2)
+    calls = [ex.submit(pair, 1.0) for _ in range(2)]
+    plain = [ex.submit(busy, 1.0) for _ in range(2)]
+    spans = [f.result(timeout=60) for f in calls]
+    spans_plain = [f.result(timeout=60) for f in plain]
+    starts = [s[0] for s in spans + spans_plain]
+    ends = [s[1] for s in spans + spans_plain]
+    check("two calls and plain tasks at once", max(starts) < min(ends), (starts, ends))
+    check("disjoint groups", not set(spans[0][2]) & set(spans[1][2]), [s[2] for s in spans])
+
+    # a call that waits for ranks can be cancelled, and holds up nobody after it
+    holding = [ex.submit(pair, 1.0) for _ in range(2)]
+    big = ex.submit(hpcfutures.mpi_task(total, ranks=6), 0)
+    time.sleep(0.2)
+    cancelled = big.cancel()
+    started = time.monotonic()
+    after = ex.submit(hpcfutures.mpi_task(total, ranks=6), 1).result(timeout=60)
+    check("cancel while waiting", cancelled and after[1] == 6,
+          f"{time.monotonic() - started:.2f} s after the cancel")
+    [f.result(timeout=60) for f in holding]
+
+    # a group of 1
+    value, size, ranks = ex.submit(hpcfutures.mpi_task(total, ranks=1), 5).result(timeout=60)
+    check("group of one", (value, size, len(ranks)) == (5, 1, 1), (value, size, ranks))
+
+    # too many ranks: ValueError at submit, naming both numbers
+    try:
+        ex.submit(hpcfutures.mpi_task(total, ranks=7), 1)
+    except ValueError as err:
+        check("too many ranks", "7 ranks" in str(err) and "6 worker" in str(err), err)
+    else:
+        check("too many ranks", False, "no ValueError")
+
+    # a member raising: its own type, the member rank named; the executor carries on
+    try:
+        ex.submit(hpcfutures.mpi_task(fails_on_one, ranks=2)).result(timeout=60)
+    except KeyError as err:
+        cause = str(err.__cause__)
+        check("member raises", "member rank 1 of 2" in cause and "member one fails" in cause,
+              cause)
+    else:
+        check("member raises", False, "no KeyError")
+
+    # a future as an argument; then 50 small 2-rank calls in a map
+    x = ex.submit(abs, -3)
+    value = ex.submit(hpcfutures.mpi_task(doubled, ranks=2), x).result(timeout=60)
+    check("future argument", value == 6, value)
+    started = time.monotonic()
+    results = list(ex.map(hpcfutures.mpi_task(doubled, ranks=2), range(50), timeout=120))
+    check("map of 50", results == [2 * i for i in range(50)],
+          f"{time.monotonic() - started:.2f} s")
+    print("MPI TASKS OK", flush=True)
