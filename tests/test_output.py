@@ -1,0 +1,58 @@
+"""What a user reads: remote tracebacks, tagged output of ``hpcfutures run``, the verdict line."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+import sys
+
+import cloudpickle
+
+import hpcfutures
+from hpcfutures._remote.calls import restore_traceback, run_bundle
+
+SCRIPT = '''\
+def inner(x):
+    return 1 / x
+
+
+def outer(x):
+    return inner(x)
+'''
+
+
+def _by_value(tmp_path, name):
+    """A function of a script, sent the way cloudpickle sends ``__main__``'s: by value."""
+    path = tmp_path / "user_script.py"
+    path.write_text(SCRIPT)
+    spec = importlib.util.spec_from_file_location("user_script", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["user_script"] = module
+    try:
+        spec.loader.exec_module(module)
+        cloudpickle.register_pickle_by_value(module)
+        try:
+            return path, cloudpickle.loads(cloudpickle.dumps(getattr(module, name)))
+        finally:
+            cloudpickle.unregister_pickle_by_value(module)
+    finally:
+        del sys.modules["user_script"]
+
+
+def test_remote_traceback_names_the_users_file_and_line_once(tmp_path):
+    path, outer = _by_value(tmp_path, "outer")
+    assert outer.__code__.co_filename == "<dynamic-code>"  # what cloudpickle does
+    [(ok, error)] = run_bundle([(outer, (0,), {})]).results
+    assert not ok
+    # As Dask sends it: pickled with its traceback (tblib), then restored on the client.
+    import distributed  # noqa: F401  (installs tblib's pickling of tracebacks)
+
+    error = restore_traceback(pickle.loads(pickle.dumps(error)))
+    assert type(error) is ZeroDivisionError
+    text = str(error.__cause__)
+    assert isinstance(error.__cause__, hpcfutures.RemoteTraceback)
+    assert f'File "{path}", line 6, in outer\n    return inner(x)\n' in text, text
+    assert f'File "{path}", line 2, in inner\n    return 1 / x\n' in text, text
+    assert "<dynamic-code>" not in text and "run_bundle" not in text, text
+    # The worker's frames are in the cause only, not again under the client's.
+    assert error.__traceback__ is None
