@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+import subprocess
 import sys
 
 import cloudpickle
@@ -56,3 +57,33 @@ def test_remote_traceback_names_the_users_file_and_line_once(tmp_path):
     assert "<dynamic-code>" not in text and "run_bundle" not in text, text
     # The worker's frames are in the cause only, not again under the client's.
     assert error.__traceback__ is None
+
+
+LAPTOP_SCRIPT = '''\
+import hpcfutures
+
+
+def fails(x):
+    return 1 / x
+
+
+if __name__ == "__main__":
+    with hpcfutures.Executor(max_workers=1) as ex:
+        ex.submit(fails, 0).result()
+'''
+
+
+def test_a_failing_laptop_script_reads_top_down(tmp_path):
+    """One laptop run: the user's file in the remote traceback, each frame once, then the
+    verdict line after the traceback that explains it."""
+    script = tmp_path / "job.py"
+    script.write_text(LAPTOP_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    err = done.stderr
+    assert f'File "{script}", line 5, in fails\n    return 1 / x\n' in err, err
+    assert err.count("in fails") == 1 and "<dynamic-code>" not in err, err
+    assert "hpcfutures.RemoteTraceback" in err, err
+    verdict = err.index("ending the launch with status 1: the client failed")
+    assert verdict > err.rindex("ZeroDivisionError: division by zero"), err
