@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+import re
 import subprocess
 import sys
 
 import cloudpickle
+from helpers import hpcfutures_run
 
 import hpcfutures
 from hpcfutures._remote.calls import restore_traceback, run_bundle
@@ -87,3 +89,33 @@ def test_a_failing_laptop_script_reads_top_down(tmp_path):
     assert "hpcfutures.RemoteTraceback" in err, err
     verdict = err.index("ending the launch with status 1: the client failed")
     assert verdict > err.rindex("ZeroDivisionError: division by zero"), err
+
+
+TAGGED_SCRIPT = '''\
+import sys
+
+import hpcfutures
+
+# Written a character at a time, by every rank at once: must come out whole.
+for stream in (sys.stdout, sys.stderr):
+    for char in "x" * 300 + "\\n":
+        stream.write(char)
+        stream.flush()
+# scheduler_in_client as a keyword: hpcfutures run cannot know it, the copies tell it.
+with hpcfutures.Executor(scheduler_in_client=True) as ex:
+    print("total", sum(ex.map(abs, range(10))))
+'''
+
+
+def test_run_tags_every_line_of_every_rank_whole(tmp_path):
+    script = tmp_path / "tagged.py"
+    script.write_text(TAGGED_SCRIPT)
+    job = hpcfutures_run(3, script, timeout=90)
+    assert job.returncode == 0, job
+    for stream in (job.stdout, job.stderr):
+        lines = stream.splitlines()
+        assert all(re.match(r"\[rank \d (scheduler|client|worker)\] ", line)
+                   for line in lines), stream
+        whole = [line for line in lines if line.endswith("] " + "x" * 300)]
+        assert sorted(line.split()[1] for line in whole) == ["0", "1", "2"], stream
+    assert "[rank 0 client] total 45" in job.stdout.splitlines(), job
