@@ -2,8 +2,9 @@
 
 It starts N copies of a command, each told its rank, the world size and a
 launch id through ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
-``HPCFUTURES_LAUNCH_ID``; forwards SIGINT/SIGTERM to every copy; and once the
-client copy has exited gives the others a grace period before ending them.
+``HPCFUTURES_LAUNCH_ID``; prints every line they write tagged ``[rank N role]``
+(relay.py); forwards SIGINT/SIGTERM to every copy; and once the client copy
+has exited gives the others a grace period before ending them.
 Its exit status is the client's, or the first failure of another copy; when a
 launch fails, one line names the copy that failed first on its own (the
 client, when the client failed and the others only followed its verdict) and
