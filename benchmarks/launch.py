@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -116,6 +117,7 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: 
 
 def _bench_line(stdout: str) -> dict | None:
     for line in stdout.splitlines():
+        line = re.sub(r"^\[rank \d+ \w+\] ", "", line)  # hpcfutures run tags each line
         if line.startswith(BENCH_PREFIX):
             try:
                 return json.loads(line[len(BENCH_PREFIX):])

@@ -3,17 +3,20 @@
 #
 # The tests submit their jobs as $SGE_JOB_USER (see ci/sge-up.sh), who cannot read a Python
 # under /root (pyenv, the CI's own). This builds a virtual environment from the system's
-# /usr/bin/python3 in a world-readable place, with what hpcfutures imports at the versions the
-# test interpreter has; the tests put hpcfutures itself on PYTHONPATH.
+# /usr/bin/python3 in a world-readable temporary directory, with what hpcfutures' jobs import
+# (its dependencies, dask, mpi4py and the mpich wheel; not the optional extras such as cubed),
+# at the versions the test interpreter has where the system Python can install them, else at
+# the newest it can (the test interpreter may be newer: a package's release for it may not
+# support the system Python). The tests put hpcfutures itself on PYTHONPATH.
 # Idempotent: does nothing when the environment already has those versions. Run as root.
 #
-#   SGE_PYTHON_ENV=/opt/hpcfutures-sge/venv   where the environment goes
-#   SGE_PYTHON_REFERENCE=python               the interpreter whose versions to copy
-#   SGE_PIP_TIMEOUT=600                       seconds allowed for venv + pip install
+#   SGE_PYTHON_ENV=/tmp/hpcfutures-sge-python/venv   where the environment goes
+#   SGE_PYTHON_REFERENCE=python                     the interpreter whose versions to copy
+#   SGE_PIP_TIMEOUT=600                             seconds allowed for venv + pip install
 # Prints the environment's python path on the last line.
 set -euo pipefail
 
-ENV_DIR=${SGE_PYTHON_ENV:-/opt/hpcfutures-sge/venv}
+ENV_DIR=${SGE_PYTHON_ENV:-/tmp/hpcfutures-sge-python/venv}
 REFERENCE=${SGE_PYTHON_REFERENCE:-python}
 PIP_TIMEOUT=${SGE_PIP_TIMEOUT:-600}
 BASE=/usr/bin/python3
@@ -24,16 +27,31 @@ source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run me as root"
 # What hpcfutures imports (its pyproject dependencies and every third-party module its code
-# imports, lazily imported ones such as mpi4py and cryptography included), plus dask and the
-# mpich wheel (mpiexec, for parallel-environment jobs) -- each at the reference's version.
+# imports, lazily imported ones such as mpi4py included, but not those of the optional
+# features the jobs do not use: cubed, tqdm, bokeh), plus dask and the mpich wheel (mpiexec,
+# for parallel-environment jobs) -- each at the reference's version.
 pins=$("$REFERENCE" - "$(dirname "$0")/.." <<'EOF'
-import ast, pathlib, re, sys, tomllib
+import ast, pathlib, re, sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the floor's interpreter
+    tomllib = None
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 root = pathlib.Path(sys.argv[1])
 wanted = {"dask", "mpich"}
-with open(root / "pyproject.toml", "rb") as handle:
-    for requirement in tomllib.load(handle)["project"]["dependencies"]:
-        wanted.add(re.match(r"[A-Za-z0-9._-]+", requirement)[0])
+def names(requirements):
+    return {re.match(r"[A-Za-z0-9._-]+", requirement)[0].lower() for requirement in requirements}
+if tomllib is not None:
+    with open(root / "pyproject.toml", "rb") as handle:
+        project = tomllib.load(handle)["project"]
+    wanted |= names(project["dependencies"])
+    unused = names(requirement for extra in ("cubed", "progress", "dashboard")
+                   for requirement in project["optional-dependencies"][extra])
+else:  # the same, from the file's text: one requirement per quoted string
+    text = (root / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)[1]
+    wanted |= names(re.findall(r'"([^"]+)"', block))
+    unused = {"cubed", "tqdm", "bokeh"}
 modules = set()
 for path in (root / "hpcfutures").rglob("*.py"):
     for node in ast.walk(ast.parse(path.read_text())):
@@ -42,8 +60,8 @@ for path in (root / "hpcfutures").rglob("*.py"):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             modules.add(node.module.split(".")[0])
 owners = packages_distributions()
-wanted |= {dist for module in modules for dist in owners.get(module, [])}
-for name in sorted(wanted - {"hpcfutures"}, key=str.lower):
+wanted |= {dist.lower() for module in modules for dist in owners.get(module, [])}
+for name in sorted(wanted - unused - {"hpcfutures"}):
     try:
         print(f"{name}=={version(name)}")
     except PackageNotFoundError:
@@ -72,8 +90,15 @@ rm -rf "$ENV_DIR"
 mkdir -p "$(dirname "$ENV_DIR")"
 timeout "$PIP_TIMEOUT" "$BASE" -m venv "$ENV_DIR" || die "python3 -m venv failed"
 # shellcheck disable=SC2086
-timeout "$PIP_TIMEOUT" "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check $pins >&2 ||
-  die "pip install $pins failed"
+if ! timeout "$PIP_TIMEOUT" "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check \
+    $pins >&2; then
+  # A version made for a newer Python than the system's: take what the system Python can run.
+  unpinned=$(echo "$pins" | sed 's/==[^ ]*//g')
+  log "$("$BASE" --version) cannot install all of $pins; installing $unpinned instead"
+  # shellcheck disable=SC2086
+  timeout "$PIP_TIMEOUT" "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check \
+    $unpinned >&2 || die "pip install $unpinned failed"
+fi
 echo "$pins" >"$ENV_DIR/.hpcfutures-pins"
 chmod -R a+rX "$(dirname "$ENV_DIR")"
 log "ready: $("$ENV_DIR/bin/python" -c 'import sys, distributed; print(sys.version.split()[0], "distributed", distributed.__version__)')"

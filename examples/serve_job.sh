@@ -16,7 +16,7 @@
 #SBATCH --ntasks=4
 #SBATCH --cpus-per-task=1
 #SBATCH --time=01:00:00
-#SBATCH --output=hpcfutures-serve-%j.out
+#SBATCH --output=slurm-output/hpcfutures-serve-%j.out
 set -euo pipefail
 
 # A path the clients can name in advance, on a filesystem they share with the

@@ -11,7 +11,7 @@
 #SBATCH --array=0-3
 #SBATCH --ntasks=1
 #SBATCH --time=00:10:00
-#SBATCH --output=hpcfutures-array-%A_%a.out
+#SBATCH --output=slurm-output/hpcfutures-array-%A_%a.out
 set -euo pipefail
 
 # How long an element waits for the others to start (default 3600 s).

@@ -12,7 +12,7 @@
 #SBATCH --array=0-5
 #SBATCH --ntasks=1
 #SBATCH --time=00:10:00
-#SBATCH --output=hpcfutures-release-%A_%a.out
+#SBATCH --output=slurm-output/hpcfutures-release-%A_%a.out
 set -euo pipefail
 
 export HPCFUTURES_RELEASE_IDLE_AFTER=${HPCFUTURES_RELEASE_IDLE_AFTER:-2}

@@ -10,7 +10,7 @@
 #SBATCH --ntasks=4
 #SBATCH --cpus-per-task=1
 #SBATCH --time=00:10:00
-#SBATCH --output=hpcfutures-sweep-%j.out
+#SBATCH --output=slurm-output/hpcfutures-sweep-%j.out
 set -euo pipefail
 
 # The scheduler's address travels through a private file; the default lives

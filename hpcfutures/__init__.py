@@ -22,7 +22,7 @@ Map of the package (docs/architecture.rst draws it whole)::
                 the watcher that reports a worker a call killed
     _support/   config, the sync/async seam, logs, back-off, TLS credentials
     _reports/   the end-of-run summary and the dashboard line
-    _cli/       the hpcfutures command (run.py: `hpcfutures run`)
+    _cli/       the hpcfutures command (run.py: `hpcfutures run`, relay.py: its tagged output)
     _errors.py  every error, under HPCFuturesError
 """
 

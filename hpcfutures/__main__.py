@@ -1,4 +1,4 @@
-"""``python -m hpcfutures run|info|serve|stop``."""
+"""``python -m hpcfutures COMMAND``: the ``hpcfutures`` command (see ``_cli``)."""
 
 import sys
 

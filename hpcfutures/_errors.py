@@ -37,6 +37,7 @@ from concurrent.futures import BrokenExecutor
 
 __all__ = [
     "AllocationError",
+    "AllocationLostError",
     "BrokenHPCExecutor",
     "ConfigurationError",
     "HPCFuturesError",
@@ -248,3 +249,16 @@ class LaunchFinished(HPCFuturesError):
     A late job-array element or worker sees this instead of a timeout and exits
     with status 0, because there is nothing left for it to do.
     """
+
+
+def _public_names() -> None:
+    """Print the exported errors as ``hpcfutures.LauncherError``, where users import them.
+
+    Tracebacks and ``repr`` use ``__module__``; pickle finds the classes there
+    too (``hpcfutures`` re-exports every one of them).
+    """
+    for name in (*__all__, "RemoteTraceback"):
+        globals()[name].__module__ = "hpcfutures"
+
+
+_public_names()

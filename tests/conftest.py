@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from helpers import (
     FAILURE_TIMES,
@@ -66,3 +68,8 @@ def launches():
     yield start
     for launch in started:
         launch.close()
+
+
+# Cubed supports Python 3.11 and later (pyproject.toml installs it there only): on 3.10
+# its tests do not apply, so they are not collected rather than skipped or failed.
+collect_ignore = ["test_cubed.py"] if sys.version_info < (3, 11) else []

@@ -83,6 +83,11 @@ def have_mpi() -> bool:
 
 
 # ------------------------------------------------------- a child's output
+def untagged(line: str) -> str:
+    """``line`` without the ``[rank N role]`` tag that ``hpcfutures run`` puts before it."""
+    return re.sub(r"^\[rank \d+ \w+\] ", "", line)
+
+
 class Lines:
     """A child's output stream, read line by line on a thread, so a test can
     wait for a line with a deadline instead of blocking in ``readline``."""
@@ -460,7 +465,9 @@ def contract_passed(job: Job, launcher: str | None = None) -> bool:
     passed = job.returncode == 0 and "CONTRACT RESULT" in job.stdout and "FAIL " not in job.stdout
     if passed and launcher:
         for name, row in MATRIX_CHECKS.items():
-            found = re.search(rf"^PASS {name} \(([0-9.]+) s\)", job.stdout, re.MULTILINE)
+            # (hpcfutures run tags the line: [rank 1 client] PASS ...)
+            found = re.search(rf"^(?:\[rank \d+ \w+\] )?PASS {name} \(([0-9.]+) s\)",
+                              job.stdout, re.MULTILINE)
             if found:
                 record_failure_time(row, launcher, float(found.group(1)))
     return passed

@@ -41,3 +41,17 @@ def test_executors_are_concurrent_futures_executors():
     for cls in (hpcfutures.Executor, hpcfutures.LocalExecutor,
                 hpcfutures.SlurmExecutor, hpcfutures.MPIExecutor):
         assert issubclass(cls, Executor)
+
+
+def test_errors_print_with_their_public_names():
+    import pickle
+    import traceback
+
+    for name in hpcfutures.__all__:
+        obj = getattr(hpcfutures, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert obj.__module__ == "hpcfutures", name
+    error = hpcfutures.LauncherError("no launcher")
+    assert traceback.format_exception_only(error) == ["hpcfutures.LauncherError: no launcher\n"]
+    crash = pickle.loads(pickle.dumps(hpcfutures.WorkerCrashError("gone", where="rank 2")))
+    assert type(crash) is hpcfutures.WorkerCrashError and crash.where == "rank 2"

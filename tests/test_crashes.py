@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from helpers import LAPTOP_WORKERS, record_failure_time, wait_until
+from helpers import LAPTOP_WORKERS, record_failure_time, untagged, wait_until
 
 import hpcfutures
 from hpcfutures._facade.futures import TaskFuture
@@ -313,7 +313,7 @@ def test_a_call_that_kills_its_worker_fails_alone_within_seconds(launcher, mode,
     env = {"HPCFUTURES_MAX_WORKERS": "3"} if launcher == "laptop" else {}
     launch = launches(launcher, WORKERS[launcher], "crash_job.py", mode, env=env)
     line = launch.out.wait_for("CRASH SEEN", 120)
-    seconds = float(line.split()[3])
+    seconds = float(untagged(line).split()[3])
     record_failure_time(f"a call ends its worker ({mode}): WorkerCrashError on its future",
                         launcher, seconds)
     launch.out.wait_for("MAP CRASH SEEN", 60)
@@ -342,7 +342,7 @@ def test_when_every_worker_ran_a_crashing_call_the_executor_breaks_within_second
     env = {"HPCFUTURES_MAX_WORKERS": str(LAPTOP_WORKERS)} if launcher == "laptop" else {}
     launch = launches(launcher, 4, "crash_job.py", "exit", "all", env=env)
     line = launch.out.wait_for("BROKEN SEEN", 120)
-    seconds = float(line.split()[3])
+    seconds = float(untagged(line).split()[3])
     record_failure_time("every worker ran a crashing call: BrokenHPCExecutor", launcher,
                         seconds)
     assert launch.finish(60) != 0 or launcher == "laptop", launch

@@ -260,11 +260,12 @@ def test_exit_when_done_false_returns_on_every_rank_with_none():
     job = hpcfutures_run(4, JOBS / "return_job.py", timeout=90)
     assert job.returncode == 0, job
     assert "RESULT 15" in job.stdout
-    after = sorted(line for line in job.stdout.splitlines() if line.startswith("AFTER"))
-    assert after == ["AFTER rank=0 role=scheduler client=False",
-                     "AFTER rank=1 role=client client=True",
-                     "AFTER rank=2 role=worker client=False",
-                     "AFTER rank=3 role=worker client=False"], job
+    # each line tagged by hpcfutures run with the rank and role that printed it
+    after = sorted(line for line in job.stdout.splitlines() if "] AFTER" in line)
+    assert after == ["[rank 0 scheduler] AFTER rank=0 role=scheduler client=False",
+                     "[rank 1 client] AFTER rank=1 role=client client=True",
+                     "[rank 2 worker] AFTER rank=2 role=worker client=False",
+                     "[rank 3 worker] AFTER rank=3 role=worker client=False"], job
 
 
 @pytest.mark.timeout(60)

@@ -369,7 +369,9 @@ def test_dashboard_line_has_a_loopback_address_that_answers_and_summary_names_ra
     assert err.count("Dask dashboard at") == 1, err
     summary = err[err.index("hpcfutures summary"):]
     assert "60 calls run, 0 failed" in summary, err
-    assert re.search(r"^\s+rank-2\s", summary, re.M) and re.search(r"^\s+rank-3\s", summary, re.M)
+    # the client's rows, tagged by hpcfutures run
+    assert re.search(r"^\[rank 1 client\]\s+rank-2\s", summary, re.M), err
+    assert re.search(r"^\[rank 1 client\]\s+rank-3\s", summary, re.M), err
     assert_no_leftovers(marker)
 
 

@@ -61,6 +61,16 @@ OTHER_VARIABLES = {
         "A random id per launch, stamped into the scheduler file so that copies of two "
         "launches never meet.",
     ),
+    "HPCFUTURES_RUN_TAGGED": (
+        "set by ``hpcfutures run``",
+        "``1``: it tags each line of this copy's output with ``[rank N role]``, and the "
+        "copy tells it the role it negotiated.",
+    ),
+    "HPCFUTURES_RUN_TERMINAL": (
+        "set by ``hpcfutures run``",
+        "``1`` when the output it relays goes to a terminal: a progress bar then draws "
+        "in this copy.",
+    ),
 }
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hpcfutures"

@@ -2,8 +2,9 @@
 
 It starts N copies of a command, each told its rank, the world size and a
 launch id through ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
-``HPCFUTURES_LAUNCH_ID``; forwards SIGINT/SIGTERM to every copy; and once the
-client copy has exited gives the others a grace period before ending them.
+``HPCFUTURES_LAUNCH_ID``; prints every line they write tagged ``[rank N role]``
+(relay.py); forwards SIGINT/SIGTERM to every copy; and once the client copy
+has exited gives the others a grace period before ending them.
 Its exit status is the client's, or the first failure of another copy; when a
 launch fails, one line names the copy that failed first on its own (the
 client, when the client failed and the others only followed its verdict) and
@@ -12,6 +13,7 @@ where its log is.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import secrets
@@ -26,7 +28,15 @@ from collections.abc import Callable, Mapping, Sequence
 from .._support.config import resolve_option
 from .._support.logs import where_to_read
 from ..launchers._identity import client_rank, minimum_size
-from ..launchers.run import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR, launch_id_of
+from ..launchers.run import (
+    LAUNCH_ID_VAR,
+    RANK_VAR,
+    SIZE_VAR,
+    TAGGED_VAR,
+    TERMINAL_VAR,
+    launch_id_of,
+)
+from .relay import Relay
 
 __all__ = ["run"]
 
@@ -70,9 +80,9 @@ def _how_it_ended(code: int) -> str:
 
 
 def _failure_pointer(first: int, code: int, size: int, client: int, token: str,
-                     environ: Mapping[str, str]) -> str:
+                     environ: Mapping[str, str], role: str | None = None) -> str:
     """One line naming the copy that failed first and where to read what it said."""
-    role = _role_of(first, size, client)
+    role = role or _role_of(first, size, client)
     where = where_to_read(first, role, launch_id_of(token), environ)
     return f"hpcfutures run: rank {first} ({role}) failed first, {_how_it_ended(code)}; {where}"
 
@@ -90,33 +100,51 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
     # long enough for a signal to arrive before the supervisor could forward it.
     client = _client_rank(size, environ)
     processes: list[subprocess.Popen[bytes]] = []
+    relay = Relay([_role_of(rank, size, client) for rank in range(size)])
+    shared = {**environ, TAGGED_VAR: "1", **_terminal_vars(environ)}
 
     def start_copies() -> int | None:
         """Start every copy; 127 (and none left running) if one cannot start."""
         for rank in range(size):
-            env = {**environ, RANK_VAR: str(rank), SIZE_VAR: str(size),
+            env = {**shared, RANK_VAR: str(rank), SIZE_VAR: str(size),
                    LAUNCH_ID_VAR: launch_id}
             try:
                 processes.append(subprocess.Popen(list(command), env=env,
+                                                  stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE,
                                                   preexec_fn=_die_with_parent))
             except OSError as err:
                 for process in processes:
                     process.kill()
                 print(f"hpcfutures run: cannot start {command[0]!r}: {err}", file=sys.stderr)
                 return 127
+            relay.follow(rank, processes[-1].stdout, processes[-1].stderr)
         return None
 
     notes = _death_notes(launch_id)
     try:
         status, first = _supervise(processes, start_copies, client, grace)
+        relay.drain()
         if first is not None:
             print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
-                                   environ) + _death_note(notes, first),
+                                   environ, relay.role(first)) + _death_note(notes, first),
                   file=sys.stderr, flush=True)
     finally:
         if notes is not None:
             shutil.rmtree(notes, ignore_errors=True)
     return status
+
+
+def _terminal_vars(environ: Mapping[str, str]) -> dict[str, str]:
+    """Where our output is a terminal, the copies' is one too, as far as they can tell:
+    their Python writes each line at once (not in blocks), and a progress bar draws."""
+    extra = {}
+    with contextlib.suppress(AttributeError, ValueError):
+        if sys.stdout.isatty() and "PYTHONUNBUFFERED" not in environ:
+            extra["PYTHONUNBUFFERED"] = "1"
+        if sys.stderr.isatty():
+            extra[TERMINAL_VAR] = "1"
+    return extra
 
 
 def _death_notes(token: str) -> str | None:

@@ -18,20 +18,26 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["add_commands"]
+__all__ = ["join", "join_arguments", "submit", "submit_arguments"]
 
 #: Longest pause between two looks at the queue while following a job.
 FOLLOW_CAP = 5.0
 
 
-def add_commands(commands) -> None:
-    """Register ``submit`` and ``join`` with the ``hpcfutures`` parser's subcommands."""
-    submit = commands.add_parser(
-        "submit", help="submit a batch job that runs COMMAND on every task (srun, mpiexec)",
-        description="Write a batch script for this machine's batch system that runs COMMAND "
-                    "under its task launcher (srun for Slurm, mpiexec elsewhere), submit it, "
-                    "and print the job id and its output file. Example: hpcfutures submit "
-                    "-N 2 -n 16 -t 1:00:00 python job.py")
+#: ``hpcfutures submit --help``.
+SUBMIT_DESCRIPTION = (
+    "Write a batch script for this machine's batch system that runs COMMAND under its task "
+    "launcher (srun for Slurm, mpiexec elsewhere), submit it, and print the job id and its "
+    "output file. Example: hpcfutures submit -N 2 -n 16 -t 1:00:00 python job.py")
+#: ``hpcfutures join --help``.
+JOIN_DESCRIPTION = (
+    "Every process of this launch becomes a worker of the serving launch that wrote FILE "
+    "(hpcfutures serve); they leave when it stops or retires them as idle. "
+    "AllocatedExecutor.scale() submits jobs that run this.")
+
+
+def submit_arguments(submit: argparse.ArgumentParser) -> None:
+    """The options of ``hpcfutures submit``."""
     submit.add_argument("-N", "--nodes", type=int, default=1, metavar="NODES")
     submit.add_argument("-n", "--ntasks", type=int, metavar="TASKS",
                         help="tasks in all, a multiple of NODES (default: one per node)")
@@ -54,21 +60,17 @@ def add_commands(commands) -> None:
     submit.add_argument("--dry-run", action="store_true",
                         help="print the batch script instead of submitting it")
     submit.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND ...")
-    submit.set_defaults(handler=_submit)
 
-    join = commands.add_parser(
-        "join", help="serve as workers of the serving launch behind FILE (from another job)",
-        description="Every process of this launch becomes a worker of the serving launch "
-                    "that wrote FILE (hpcfutures serve); they leave when it stops or retires "
-                    "them as idle. AllocatedExecutor.scale() submits jobs that run this.")
+
+def join_arguments(join: argparse.ArgumentParser) -> None:
+    """The options of ``hpcfutures join``."""
     join.add_argument("file", metavar="FILE", help="the serving launch's scheduler file")
     join.add_argument("--timeout", metavar="SECONDS", help="start-up deadline (default: 60)")
     join.add_argument("--host", metavar="ADDRESS")
     join.add_argument("--interface", metavar="NAME")
-    join.set_defaults(handler=_join)
 
 
-def _submit(args: argparse.Namespace) -> int:
+def submit(args: argparse.Namespace) -> int:
     from .._errors import HPCFuturesError
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -149,7 +151,7 @@ def _name_of(command: list[str]) -> str:
     return Path(script).stem or "hpcfutures"
 
 
-def _join(args: argparse.Namespace) -> int:
+def join(args: argparse.Namespace) -> int:
     import logging
 
     from .._errors import HPCFuturesError

@@ -14,12 +14,14 @@ way to ask for the bar anyway.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
 from typing import Any, TextIO
 
 from .._errors import MissingDependencyError
 from .._support.options import to_progress
+from ..launchers.run import TERMINAL_VAR
 
 __all__ = ["MapProgress", "open_bar", "progress_mode"]
 
@@ -42,9 +44,12 @@ def _require_tqdm() -> None:
 
 
 def _interactive(stream: TextIO) -> bool:
-    """A terminal, or the output stream of a Jupyter kernel (which shows the bar)."""
+    """A terminal (also one that ``hpcfutures run`` relays this process's output to),
+    or the output stream of a Jupyter kernel (which shows the bar)."""
     try:
         if stream.isatty():
+            return True
+        if stream is sys.__stderr__ and os.environ.get(TERMINAL_VAR) == "1":
             return True
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False

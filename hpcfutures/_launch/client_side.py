@@ -13,13 +13,14 @@ on the same loop thread, and on the laptop the workers are child processes.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import logging
 import re
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Protocol
 
 from .._errors import HPCFuturesError, StartupTimeoutError
@@ -325,14 +326,15 @@ class ClientSide:
         # take the goodbye's connection and never answer, so do not wait long.
         signalled = status in (130, 143) or (
             self.bridge is not None and self.bridge.stopped_by_signal)  # Ctrl-C, SIGTERM
-        with contextlib.suppress(Exception):
-            if self.client is not None:
-                loop.run_sync(_dask.finish_client(self.client, status,
-                                                  timeout=1.0 if signalled else 5.0),
-                              SHUTDOWN_GRACE * 2)
-        with contextlib.suppress(Exception):
-            if self.service is not None:
-                loop.run_sync(self.service.close(), SHUTDOWN_GRACE)
+        with _verdict_after_traceback(status != 0 and self.plan.role is Role.STANDALONE):
+            with contextlib.suppress(Exception):
+                if self.client is not None:
+                    loop.run_sync(_dask.finish_client(self.client, status,
+                                                      timeout=1.0 if signalled else 5.0),
+                                  SHUTDOWN_GRACE * 2)
+            with contextlib.suppress(Exception):
+                if self.service is not None:
+                    loop.run_sync(self.service.close(), SHUTDOWN_GRACE)
         if self.info is not None and self.plan.exchange is not None:
             with contextlib.suppress(Exception):
                 self.plan.exchange.finish(self.info)
@@ -341,6 +343,47 @@ class ClientSide:
             self.local_workers.stop()
         loop.stop()
         self.loop = None
+
+
+class _HeldVerdict(logging.Filter):
+    """Keeps back the scheduler's "ending the launch with status N" line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("ending the launch"):
+            self.records.append(record)
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _verdict_after_traceback(hold: bool) -> Iterator[None]:
+    """On the laptop, the scheduler's verdict comes after the user's traceback.
+
+    The scheduler runs in the client's process there: it logs why the launch
+    ends while the user's exception is still on its way out of the ``with``
+    block, so its line would come before the traceback that explains it.  It
+    is logged at interpreter exit instead, after Python printed the traceback.
+    """
+    if not hold:
+        yield
+        return
+    held = _HeldVerdict()
+    logger.addFilter(held)
+    try:
+        yield
+    finally:
+        logger.removeFilter(held)
+        if held.records:
+            atexit.register(_log_records, held.records)
+
+
+def _log_records(records: list[logging.LogRecord]) -> None:
+    for record in records:
+        logger.handle(record)
 
 
 def _worker_pointer(launch_id: str, log_dir: str | None, name: str) -> tuple[str, str]:

@@ -27,6 +27,7 @@ from .._errors import LaunchEndedError, LaunchFinished
 from .._support.config import Settings
 from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete
+from ..launchers.run import RunLauncher, announce_role
 from .plan import Plan, bind_address, negotiate
 from .roles import Role
 from .scheduler_side import play_scheduler
@@ -59,6 +60,8 @@ class Session:
         made once connected, elsewhere None (or leave the process)."""
         plan = self._plan = negotiate(self.settings, self.environ)
         self.role = plan.role
+        if plan.launcher.name == RunLauncher.name:
+            announce_role(plan.role.value, self.environ)
         if plan.role in (Role.SCHEDULER, Role.WORKER):
             _leave_quietly_on_sigterm()
             try:

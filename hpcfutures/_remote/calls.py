@@ -14,6 +14,9 @@ end the worker's process) and the client raises ``SystemExit`` from the future.
 from __future__ import annotations
 
 import dataclasses
+import linecache
+import os
+import re
 import socket
 import time
 import traceback
@@ -58,7 +61,7 @@ class _ExitInTask(Exception):
 
 
 def _annotate(exc: BaseException) -> BaseException:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = _format_remote(exc)
     exc = _rebuildable(_ExitInTask(exc.code) if isinstance(exc, SystemExit) else explain(exc))
     header = f'\n"""\nTraceback from {_location}:\n'
     try:
@@ -66,6 +69,59 @@ def _annotate(exc: BaseException) -> BaseException:
     except AttributeError:  # exception types with __slots__ and no __dict__
         pass
     return exc
+
+
+#: cloudpickle's file name for the code of functions it sent by value (the script's own).
+_DYNAMIC_CODE = "<dynamic-code>"
+_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (.+)$', re.M)
+#: This package's directory: the frames that called the user's function start here.
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _format_remote(exc: BaseException) -> str:
+    """The traceback the user reads: from the user's function down, their file and line.
+
+    hpcfutures' own frames that called the function are left out.  Functions
+    defined in the user's script travel by value, and cloudpickle names their
+    file ``<dynamic-code>``; their globals still hold the script's ``__file__``,
+    which names it again (with the source line, where the worker can read it).
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_HERE):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    files = _dynamic_code_files(exc)
+    if not files:
+        return text
+
+    def named(match: re.Match[str]) -> str:
+        indent, line, function = match.group(1), int(match.group(2)), match.group(3)
+        path = files.get((function, line))
+        if path is None:
+            return match.group(0)
+        source = linecache.getline(path, line).strip()
+        frame = f'{indent}File "{path}", line {line}, in {function}'
+        return f"{frame}\n{indent}  {source}" if source else frame
+
+    return _DYNAMIC_FRAME.sub(named, text)
+
+
+def _dynamic_code_files(exc: BaseException) -> dict[tuple[str, int], str]:
+    """(function, line) -> the script's file, for frames of code sent by value."""
+    files: dict[tuple[str, int], str] = {}
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        for frame, line in traceback.walk_tb(current.__traceback__):
+            path = frame.f_globals.get("__file__")
+            if frame.f_code.co_filename == _DYNAMIC_CODE and isinstance(path, str):
+                files[(frame.f_code.co_name, line)] = path
+        pending += [current.__cause__, current.__context__]
+    return files
 
 
 def _rebuildable(exc: BaseException) -> BaseException:
@@ -86,11 +142,17 @@ def _rebuildable(exc: BaseException) -> BaseException:
 
 
 def restore_traceback(exc: BaseException) -> BaseException:
-    """On the client: attach the worker's traceback as ``__cause__``."""
+    """On the client: attach the worker's traceback as ``__cause__``.
+
+    Dask pickles exceptions with their traceback (tblib): those worker frames
+    are the ones in the attached text, and would be printed a second time
+    below the client's own frames, so they are dropped.
+    """
     text = getattr(exc, _TRACEBACK_ATTR, None)
     if isinstance(exc, _ExitInTask):
         exc = SystemExit(exc.code)
     if text is not None:
+        exc.__traceback__ = None
         exc.__cause__ = RemoteTraceback(text)
         try:
             delattr(exc, _TRACEBACK_ATTR)

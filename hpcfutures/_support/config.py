@@ -17,7 +17,8 @@ from typing import Any
 from .._errors import ConfigurationError
 from .options import BY_NAME, CONFIG_SECTION, OPTIONS, Option
 
-__all__ = ["Settings", "expand_template", "resolve_option", "resolve_settings"]
+__all__ = ["Settings", "expand_template", "resolve_option", "resolve_settings",
+           "resolve_settings_despite_errors"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +123,29 @@ def resolve_settings(
         values[option.name], sources[option.name] = _resolve(option, explicit, environ,
                                                               dask_config)
     return Settings(**values, sources=sources)
+
+
+def resolve_settings_despite_errors(
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Settings, list[str]]:
+    """Settings as :func:`resolve_settings` makes them, and the errors it would raise.
+
+    An option whose value is invalid keeps its default, so that ``hpcfutures
+    info`` can still show what it detected when the user most needs it.
+    """
+    environ = os.environ if environ is None else environ
+    dask_config = _dask_config()
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    errors: list[str] = []
+    for option in OPTIONS:
+        try:
+            values[option.name], sources[option.name] = _resolve(option, {}, environ,
+                                                                  dask_config)
+        except ConfigurationError as err:
+            errors.append(str(err))
+            values[option.name], sources[option.name] = option.default, "default (see error)"
+    return Settings(**values, sources=sources), errors
 
 
 def resolve_option(name: str, environ: Mapping[str, str] | None = None,

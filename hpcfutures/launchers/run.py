@@ -15,7 +15,10 @@ from ._batchenv import SIZE_VAR, int_var
 from ._exchange import AddressExchange
 from ._identity import Identity
 
-__all__ = ["LAUNCH_ID_VAR", "RANK_VAR", "SIZE_VAR", "RunLauncher", "launch_id_of"]
+__all__ = [
+    "LAUNCH_ID_VAR", "RANK_VAR", "ROLE_MARK", "SIZE_VAR", "TAGGED_VAR", "TERMINAL_VAR",
+    "RunLauncher", "announce_role", "launch_id_of",
+]
 
 #: SIZE_VAR (``HPCFUTURES_SIZE``) is shared with the launchers that cannot tell
 #: their processes how many they are: there the user sets it.
@@ -23,6 +26,33 @@ __all__ = ["LAUNCH_ID_VAR", "RANK_VAR", "SIZE_VAR", "RunLauncher", "launch_id_of
 SYSTEM = "'hpcfutures run'"
 RANK_VAR = "HPCFUTURES_RANK"
 LAUNCH_ID_VAR = "HPCFUTURES_LAUNCH_ID"
+#: Set by ``hpcfutures run`` when it tags every line of a copy's output with
+#: ``[rank N role]``: the copy then tells it its role (:func:`announce_role`).
+TAGGED_VAR = "HPCFUTURES_RUN_TAGGED"
+#: Set by ``hpcfutures run`` when the output it relays goes to a terminal.
+TERMINAL_VAR = "HPCFUTURES_RUN_TERMINAL"
+#: How a copy tells ``hpcfutures run`` its role, on a line of its stderr that is
+#: not shown (a NUL byte starts no line a program prints).
+ROLE_MARK = b"\x00hpcfutures-role "
+
+
+def announce_role(role: str, environ: Mapping[str, str]) -> None:
+    """Tell ``hpcfutures run`` this copy's role, for the tags of its lines.
+
+    ``hpcfutures run`` guesses each role from the environment; an option given
+    as a keyword (``scheduler_in_client=True``) can change it, which only the
+    copy knows once it has negotiated.
+    """
+    if environ.get(TAGGED_VAR) != "1":
+        return
+    import sys
+
+    try:
+        sys.stderr.flush()
+        sys.stderr.buffer.write(ROLE_MARK + role.encode() + b"\n")
+        sys.stderr.buffer.flush()
+    except (AttributeError, OSError, ValueError):  # stderr replaced or closed
+        pass
 
 
 def launch_id_of(token: str) -> str:
