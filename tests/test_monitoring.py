@@ -462,5 +462,10 @@ def test_dask_noise_of_a_lost_worker_is_dropped_the_client_and_worker_say_it():
     assert not shown("distributed.scheduler",
                      "Closed comm <BatchedSend: closed> while trying to write [{'op': 'event', "
                      "'topic': 'hpcfutures-cluster'}]")
+    assert not shown("asyncio", "Task exception was never retrieved\nfuture: <Task finished "
+                                "name='Task-27' coro=<Client._gather.<locals>.wait() done, "
+                                "defined at /x/distributed/client.py:2367> exception=AllExit()>")
+    assert shown("asyncio", "Task exception was never retrieved\nfuture: <Task finished "
+                            "name='Task-3' coro=<mine() done> exception=ValueError()>")
     assert shown("distributed.scheduler", "Worker failed to heartbeat for 20s; removing: <W>")
     assert shown("distributed.worker", "Worker is at 90% memory usage. Pausing worker.")

@@ -120,6 +120,11 @@ class Closer:
         if first:
             if cancel_futures:
                 self._cancel_waiting(abandon_maps)
+                if self._bridge is not None and self._bridge.stopped_by_signal:
+                    # SIGTERM or Ctrl-C reached every rank: the calls still running
+                    # die with their workers, and the scheduler's going may not be
+                    # noticed before the end; waiting for them could only hang.
+                    self._bridge.break_executor("the launch was stopped by a signal")
             if wait:
                 self._end(status)
             else:
