@@ -12,7 +12,6 @@ another job.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import uuid
@@ -152,21 +151,9 @@ def _name_of(command: list[str]) -> str:
 
 
 def join(args: argparse.Namespace) -> int:
-    import logging
-
-    from .._errors import HPCFuturesError
     from .._launch.outside import expand_path
     from .._launch.serving import join
-    from .._support.config import resolve_settings
+    from . import play_serving_role
 
-    try:
-        settings = resolve_settings({"timeout": args.timeout, "host": args.host,
-                                     "interface": args.interface})
-        status = join(settings, expand_path(args.file))
-    except HPCFuturesError as err:
-        print(f"hpcfutures join: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    return play_serving_role("join", lambda settings: join(settings, expand_path(args.file)), {
+        "timeout": args.timeout, "host": args.host, "interface": args.interface})
