@@ -190,9 +190,8 @@ class BatchSystem:
     def state(self, job: str) -> JobState | None:
         """Where ``job`` is in the queue; None when the system could not be asked."""
         try:
-            result = subprocess.run(self.state_command(job), capture_output=True, text=True,
-                                    timeout=COMMAND_TIMEOUT)
-        except (OSError, subprocess.SubprocessError):
+            result = _run(self.state_command(job), f"ask about job {job}")
+        except AllocationError:
             return None
         return self.read_state(job, result)
 
