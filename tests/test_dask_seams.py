@@ -35,7 +35,12 @@ from distributed.comm import CommClosedError, connect, listen
 from distributed.core import Status
 
 from hpcfutures import _dask
-from hpcfutures._dask._common import CLOSE_TIMEOUT, STREAM_INTERVAL, _hurry
+from hpcfutures._dask._common import (
+    CLOSE_TIMEOUT,
+    STREAM_INTERVAL,
+    VERDICT_CLOSE_TIMEOUT,
+    _hurry,
+)
 from hpcfutures._dask.cluster import dashboard_facts_here
 from hpcfutures._dask.mpigroups import USABLE
 from hpcfutures._dask.release import IdleRelease
@@ -333,6 +338,35 @@ def test_the_workers_close_handler_is_ours_and_does_not_wait_for_running_tasks()
 
     run(scenario())
 
+
+
+def test_after_the_verdict_a_close_that_sticks_is_left_within_a_second():
+    """Under MPI the launcher returns only once every rank finalizes: a worker
+    whose Dask close hangs (its goodbye to a scheduler that is closing too) must
+    not hold the launch for the full close limit once the launch is over."""
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            (worker,) = cluster.workers
+            dask_close = worker._worker.close
+            stuck = asyncio.Event()
+
+            async def sticking_close(**_: Any) -> None:
+                await stuck.wait()
+
+            worker._worker.close = sticking_close  # type: ignore[method-assign]
+            try:
+                worker._record_verdict(0)  # what the scheduler's verdict message does
+                started = time.monotonic()
+                await worker.close("scheduler-close")
+                took = time.monotonic() - started
+                assert worker._closed.is_set()
+                assert VERDICT_CLOSE_TIMEOUT <= took < VERDICT_CLOSE_TIMEOUT + 1, (
+                    f"a stuck close held the rank {took:.1f} s after the verdict")
+            finally:
+                worker._worker.close = dask_close  # type: ignore[method-assign]
+                await dask_close(executor_wait=False)
+
+    run(scenario())
 
 # ------------------------------------------------------------- idle release
 def test_release_counts_queued_and_unrunnable_work_as_waiting():

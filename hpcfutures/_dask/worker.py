@@ -14,7 +14,7 @@ from .._remote import deathwatch, memory
 from .._remote.calls import location
 from .._support.logs import quiet_for_shutdown
 from . import tuning
-from ._common import CLOSE_TIMEOUT, HOST_KEY, VERDICT_OP, _hurry
+from ._common import CLOSE_TIMEOUT, HOST_KEY, VERDICT_CLOSE_TIMEOUT, VERDICT_OP, _hurry
 
 __all__ = ["WorkerService", "run_worker", "startup_error"]
 
@@ -146,11 +146,21 @@ class WorkerService:
         deathwatch.goodbye()
         try:
             await asyncio.wait_for(
-                self._worker.close(reason=reason, executor_wait=False), CLOSE_TIMEOUT)
+                self._worker.close(reason=reason, executor_wait=False), self._close_limit())
         except (asyncio.TimeoutError, Exception):
             logger.debug("worker %s did not close cleanly", self.name, exc_info=True)
         finally:
             self._closed.set()
+
+    def _close_limit(self) -> float:
+        """Seconds this worker's close may take before its rank leaves regardless.
+
+        Once the verdict is in, the client has what it wanted and nothing on
+        this worker is worth waiting for; Dask's close can still stick (its
+        goodbye to a scheduler that is closing too), and under MPI every
+        rank's finalize, hence the launcher's return, waits for the slowest.
+        """
+        return CLOSE_TIMEOUT if self.verdict is None else VERDICT_CLOSE_TIMEOUT
 
     async def serve(self, stop: asyncio.Event | None = None) -> int | None:
         """Serve until the scheduler closes this worker (or ``stop`` is set).
@@ -172,8 +182,8 @@ class WorkerService:
         return self.verdict
 
 
-    async def _closing_for_too_long(self, poll: float = 0.5) -> None:
-        """Return once Dask's worker has been closing for CLOSE_TIMEOUT s.
+    async def _closing_for_too_long(self, poll: float = 0.25) -> None:
+        """Return once Dask's worker has been closing for longer than its limit.
 
         When the scheduler's connection breaks before its close message
         arrives, Dask closes the worker itself, and that close can sit on
@@ -192,9 +202,10 @@ class WorkerService:
                 closing_since = None
                 continue
             closing_since = closing_since or loop.time()
-            if loop.time() - closing_since >= CLOSE_TIMEOUT:
+            limit = self._close_limit()
+            if loop.time() - closing_since >= limit:
                 logger.debug("worker %s still closing after %g s; leaving anyway",
-                             self.name, CLOSE_TIMEOUT)
+                             self.name, limit)
                 return
 
 
