@@ -60,3 +60,19 @@ if sys.version_info >= (3, 11):
             job = hpcfutures_run(4, EXAMPLES / "cubed_slurm.py", env=env, timeout=90)
         assert job.returncode == 0, job
         assert job.stdout.count("all results match NumPy") == 1, job
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in EXAMPLES.glob("*.sh")))
+def test_batch_script_examples_are_valid_bash_with_a_python_body_that_compiles(script):
+    """The batch-script examples run for minutes on a real queue (the requeue recipes are
+    exercised by tests/test_draining.py and tests/test_sge.py with their own job files):
+    here, at least, neither the shell nor an embedded Python body can rot unseen."""
+    import subprocess
+
+    path = EXAMPLES / script
+    checked = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True,
+                             timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    body = re.search(r"<<'PY'\n(.*?)\nPY\n", path.read_text(), re.DOTALL)
+    if body:
+        compile(body.group(1), f"{script} (its Python)", "exec")

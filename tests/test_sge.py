@@ -325,3 +325,33 @@ def test_mpiexec_in_a_parallel_environment_job_is_the_mpi_plugins(array):
     assert "CONTRACT RESULT passed=5 failed=0" in whole.output(0), whole.report()
     assert whole.accounting({0})[0]["exit_status"] == "0", whole.report()
     whole.finish()
+
+
+#: Items of 5 s on 2 one-thread workers (40 s of work) against h_rt=45 s and a 15 s
+#: drain margin: the first run gets through about half, the rerun does the rest.
+H_RT_ITEMS, H_RT_SECONDS = 16, 5.0
+
+
+@pytest.mark.timeout(240)
+def test_an_h_rt_job_drains_exits_99_and_its_rerun_completes_every_item_once(array):
+    """Grid Engine's h_rt: the run drains before the limit and exits 99 (requeue: the job
+    is rescheduled, qsub -r y); the rerun (RESTARTED=1) resumes from the journal, and the
+    job ends with status 0, every item computed once, the results of a plain run."""
+    job = array("h-rt", HPCFUTURES_DRAIN_MARGIN="15", HPCFUTURES_THREADS_PER_WORKER="1")
+    job.submit("-r", "y", "-l", "h_rt=0:0:45", "-pe", "smp", "2", "-b", "y", "-shell", "no",
+               job.python, str(job.tree / "tests" / "jobs" / "requeue_job.py"), str(job.out),
+               str(H_RT_ITEMS), str(H_RT_SECONDS))
+    job.wait(deadline=200)
+    output = job.output(0)
+    runs = output.split("RUN 1")
+    assert "RUN 0" in output and len(runs) == 2 and "DONE" in runs[1], job.report()
+    assert "requeueing Grid Engine job" in runs[0] and "exit status 99" in runs[0], job.report()
+    assert f"resumed 0 of {H_RT_ITEMS} calls" in runs[0], job.report()
+    assert f"resumed 0 of {H_RT_ITEMS} calls" not in runs[1], job.report()
+    records = _qacct(job.job)
+    assert records and records[0]["exit_status"] == "0", (records, job.report())
+    markers = sorted(int(p.name.split(".")[0]) for p in (job.out / "markers").iterdir())
+    assert markers == list(range(H_RT_ITEMS)), job.report()  # each item computed once
+    assert json.loads((job.out / "results").read_text()) == [
+        i * i for i in range(H_RT_ITEMS)], job.report()
+    job.finish()
