@@ -1,20 +1,25 @@
 """MPI tasks from the client's loop thread: reserve the ranks, run the members, release.
 
-One coroutine per call (loop thread only, like everything that touches the
-Dask client)::
+One coroutine per group of calls (loop thread only, like everything that
+touches the Dask client).  A ``submit`` is a group of one call; a ``map``
+cuts its items into groups of consecutive calls (:func:`calls_per_group`),
+each run on one reservation, call after call, so that the reservation, the
+member tasks and the fetch are paid once per group instead of per call::
 
     futures among the arguments: waited for, replaced by their values
     reserve: the scheduler grants `ranks` free workers at once (_dask/mpigroups.py),
              asked again every RESERVE_WAIT s while they are busy
-    future RUNNING (no longer cancellable)
-    one member task pinned to each reserved worker (_remote/mpitask.py);
-             they build the call's communicator among themselves
+    futures RUNNING (no longer cancellable; cancelled ones are left out)
+    one member task pinned to each reserved worker (_remote/mpitask.py): for
+             each call in turn, they build its own communicator among
+             themselves, call, and free it
     wait for every member's end (streamed by the scheduler: no round trip);
-             fetch member 0's value only; release the workers
-    future: member 0's value, or the first failing member's exception
+             fetch the members' outcomes; their end released the workers
+    each future: member 0's value, or the first failing member's exception
+             (told at once by an event, while the members go on)
 
-MPI tasks do not go through the batching engine: a call is never bundled
-with others, and each member is its own Dask task.
+MPI tasks do not go through the batching engine: their calls are never
+bundled with ordinary ones.
 
 A worker that dies while it runs a member leaves the other members waiting
 for it, inside MPI, where nothing can interrupt them.  MPI's own rule for a
@@ -28,22 +33,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
-import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
 from .._errors import RemoteTraceback
 from .._remote.calls import restore_traceback
-from .._remote.mpitask import raised_by_the_call, run_member
+from .._remote.mpitask import run_members
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
 from .mpitask import MPITask
 
-__all__ = ["MPICalls", "member_failure"]
-
-logger = logging.getLogger("hpcfutures")
+__all__ = ["MPICalls", "calls_per_group", "member_failure"]
 
 #: Seconds one request for ranks waits on the scheduler before it is asked again
 #: (so that a cancelled call or a broken executor stops waiting soon).
@@ -51,6 +55,18 @@ RESERVE_WAIT = 2.0
 #: Requests for ranks waiting on the scheduler at once (each holds a connection);
 #: the calls after them wait their turn here, in order.
 ASKING_AT_ONCE = 16
+#: Most calls of a ``map`` run in a row on one reservation.
+MOST_CALLS_PER_GROUP = 64
+#: A ``map`` is cut into at least this many groups of calls per group of ranks the
+#: launch can hold at once, so that a slow group does not hold up the others' share.
+GROUPS_PER_SLOT = 4
+
+
+def calls_per_group(items: int, ranks: int, workers: int, chunksize: int = 1) -> int:
+    """How many consecutive items of a ``map`` of ``ranks``-rank calls share a reservation."""
+    slots = max(1, workers // ranks)
+    spread = -(-items // (GROUPS_PER_SLOT * slots))
+    return max(chunksize, min(MOST_CALLS_PER_GROUP, spread))
 
 
 class MPICalls:
@@ -71,40 +87,42 @@ class MPICalls:
         self._broken = broken
         self._break_executor = break_executor
         self._asking: asyncio.Semaphore | None = None
-        #: The calls whose members run now: call -> (task, world ranks).
-        self._running: dict[str, tuple[MPITask, list[int]]] = {}
-        #: The calls still asking for ranks, by future (withdrawn at once when cancelled).
+        #: The groups whose members run now: group -> (task, world ranks, futures sent).
+        self._running: dict[str, tuple[MPITask, list[int], list[TaskFuture]]] = {}
+        #: The calls still asking for ranks, by future (withdrawn once all are cancelled).
         self._asking_for: dict[TaskFuture, str] = {}
         self._following = False
 
-    def start(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
+    def start(self, futures: list[TaskFuture], task: MPITask,
+              calls: list[tuple[tuple, dict]]) -> None:
+        """Run ``calls`` (each ``(args, kwargs)``, its future at the same place) as one group."""
         if not self._following:  # on the loop thread, as the Dask client wants
             from .. import _dask
 
-            _dask.follow_member_losses(self._client, self._member_lost)
+            _dask.follow_member_losses(self._client, self._member_lost, self._call_failed)
             self._following = True
-        self._in_background(self._run(future, task, args, kwargs))
+        self._in_background(self._run(futures, task, calls))
 
     def asking(self, future: TaskFuture) -> bool:
         """Whether ``future``'s call is asking the scheduler for ranks (any thread)."""
         return future in self._asking_for
 
     def cancelled(self, future: TaskFuture) -> None:
-        """The user cancelled ``future``: withdraw its request now, so that it does not
-        hold up the calls behind it (loop thread)."""
+        """The user cancelled ``future``: once no call of its group is left, withdraw the
+        group's request now, so that it does not hold up the calls behind it (loop thread)."""
         from .. import _dask
 
-        call = self._asking_for.pop(future, None)
-        if call is not None:
-            self._in_background(_quietly(_dask.release_ranks(self._client, call)))
+        group = self._asking_for.pop(future, None)
+        if group is not None and group not in self._asking_for.values():
+            self._in_background(_quietly(_dask.release_ranks(self._client, group)))
 
-    def _member_lost(self, call: str, world_rank: int | None) -> None:
+    def _member_lost(self, group: str, world_rank: int | None) -> None:
         """A worker died under a running call: end the MPI job (see the module's doc)."""
         from ..launchers import _mpi
 
-        if call not in self._running:
+        if group not in self._running:
             return
-        task, world_ranks = self._running.pop(call)
+        task, world_ranks, _ = self._running.pop(group)
         member = world_ranks.index(world_rank) if world_rank in world_ranks else "?"
         name = getattr(task.fn, "__qualname__", repr(task.fn))
         where = f"MPI world rank {world_rank}" if world_rank is not None else "a worker"
@@ -115,80 +133,108 @@ class MPICalls:
             "ends (MPI_Abort)")
         _mpi.abort(1)
 
-    async def _run(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
+    def _call_failed(self, group: str, index: int, member: int, packed: bytes) -> None:
+        """A member told at once that a call raised on it: that call's error, now."""
+        entry = self._running.get(group)
+        if entry is None or not 0 <= index < len(entry[2]):
+            return
+        task, world_ranks, futures = entry
+        try:
+            error = cloudpickle.loads(packed)
+        except Exception:  # the group's outcome brings it, once the members end
+            return
+        outcomes: list[Any] = [None] * (len(world_ranks) + 1)
+        outcomes[member + 1] = error
+        settle(futures[index], exception=member_failure(task, world_ranks, outcomes))
+
+    async def _run(self, futures: list[TaskFuture], task: MPITask,
+                   calls: list[tuple[tuple, dict]]) -> None:
         from .. import _dask
 
         name = getattr(task.fn, "__name__", "mpi_task")
-        call = f"mpi-{name}-{uuid.uuid4().hex}"
-        keys = [f"{call}-{member}" for member in range(task.ranks)]
+        group = f"mpi-{name}-{uuid.uuid4().hex}"
+        keys = [f"{group}-{member}" for member in range(task.ranks)]
         release = False  # once asked for: unless every member ran (its end frees them)
         try:
-            args, kwargs = await _resolved(args, kwargs)
+            ready = await _resolved_calls(futures, calls)
             release = True
-            grant = await self._reserve(future, call, task.ranks, keys)
-            if grant is None or not _start(future):
+            grant = await self._reserve([future for future, _ in ready], group, task.ranks,
+                                        keys)
+            ready = [(future, call) for future, call in ready if _start(future)]
+            if grant is None or not ready:
                 return
-            self._running[call] = (task, list(grant["world_ranks"]))
-            outcomes = await self._members(task, grant, keys, args, kwargs)
+            sent = [future for future, _ in ready]
+            self._running[group] = (task, list(grant["world_ranks"]), sent)
+            outcomes = await self._members(task, grant, keys, [call for _, call in ready])
             release = False
         except Exception as err:
-            settle(future, exception=err)
+            for future in futures:
+                settle(future, exception=err)
             return
         finally:
-            self._running.pop(call, None)
+            self._running.pop(group, None)
             if release:
-                self._in_background(_quietly(_dask.release_ranks(self._client, call)))
-        failed = member_failure(task, grant["world_ranks"], outcomes)
-        if failed is not None:
-            settle(future, exception=failed)
-        else:
-            settle(future, outcomes[0])
+                self._in_background(_quietly(_dask.release_ranks(self._client, group)))
+        for index, future in enumerate(sent):
+            per_call = _call_outcomes(outcomes, index)
+            failed = member_failure(task, grant["world_ranks"], per_call)
+            if failed is not None:
+                settle(future, exception=failed)
+            else:
+                settle(future, per_call[0])
 
-    async def _reserve(self, future: TaskFuture, call: str, ranks: int,
+    async def _reserve(self, futures: list[TaskFuture], group: str, ranks: int,
                        keys: list[str]) -> dict | None:
-        """The scheduler's grant; None once the call was cancelled or the executor broke."""
+        """The scheduler's grant; None once every call was cancelled or the executor broke."""
         from .. import _dask
 
+        if not futures:
+            return None
         if self._asking is None:  # made on the loop thread
             self._asking = asyncio.Semaphore(ASKING_AT_ONCE)
         async with self._asking:
-            self._asking_for[future] = call
+            self._asking_for.update(dict.fromkeys(futures, group))
             try:
-                while not future.done() and self._broken() is None:
-                    answer = await _dask.reserve_ranks(self._client, call, ranks,
+                while (not all(future.done() for future in futures)
+                       and self._broken() is None):
+                    answer = await _dask.reserve_ranks(self._client, group, ranks,
                                                        RESERVE_WAIT, keys)
                     if "error" in answer:
                         raise RuntimeError(answer["error"])
                     if "workers" in answer:
                         return answer
             finally:
-                self._asking_for.pop(future, None)
+                for future in futures:
+                    self._asking_for.pop(future, None)
         return None
 
-    async def _members(self, task: MPITask, grant: dict, keys: list[str], args: tuple,
-                       kwargs: dict) -> list[Any]:
-        """Run the members; member 0's value, then the others' exceptions (None: fine)."""
+    async def _members(self, task: MPITask, grant: dict, keys: list[str],
+                       calls: list[tuple[tuple, dict]]) -> list[Any]:
+        """Run the members: each one's outcome (a BundleOutcome), or the exception its
+        task ended with (its worker lost, or no MPI there)."""
         world_ranks = tuple(grant["world_ranks"])
+        group = keys[0].rpartition("-")[0]
         members = []
         for index, address in enumerate(grant["workers"]):
-            # The end-of-run summary counts one call, member 0's (see sending.py).
-            with _counted_as(1 if index == 0 else 0):
+            # The end-of-run summary counts the calls on member 0's task (see sending.py).
+            with _counted_as(len(calls) if index == 0 else 0):
                 members.append(self._client.submit(
-                    run_member, task.fn, args, kwargs, world_ranks, grant["tag"], index,
+                    run_members, task.fn, calls, world_ranks, grant["tag"], index, group,
                     key=keys[index], workers=[address], allow_other_workers=False,
                     pure=False))
-        errors = await self._first_failure(members)
+        errors = await self._first_failure(group, members)
         if any(error is not None for error in errors):
-            return [None, *errors]
-        return [await members[0].result(), *errors]
+            return errors
+        return list(await self._client.gather(members))
 
-    async def _first_failure(self, members: list[Any]) -> list[BaseException | None]:
-        """Each member's exception (None: fine), as soon as all ended or one failed.
+    async def _first_failure(self, group: str,
+                             members: list[Any]) -> list[BaseException | None]:
+        """Each member task's exception (None: fine), as soon as all ended or one failed.
 
-        The others may wait for a failed member inside MPI forever: its error is
-        the call's at once, and they keep their workers reserved until they end.
-        A failure that is no exception of the call's function (the member's
-        worker was lost) while others still run ends the job, as a death does.
+        A member's task fails only when its worker was lost (or has no MPI):
+        the calls' own exceptions are in its outcome.  If the others still
+        run then, they may wait for it inside MPI forever: that ends the job,
+        as a death does.
         """
         waiting = {asyncio.ensure_future(member.exception()): index
                    for index, member in enumerate(members)}
@@ -201,20 +247,10 @@ class MPICalls:
         finally:
             for left in waiting:
                 left.cancel()
-        lost = [index for index, error in enumerate(errors)
-                if error is not None and not raised_by_the_call(error)]
-        call = str(members[0].key).rpartition("-")[0]
-        task, world_ranks = self._running.get(call, (None, []))
-        if lost and waiting:
-            self._member_lost(call, world_ranks[lost[0]] if world_ranks else None)
-        elif waiting:
+        if waiting:
+            _, world_ranks, _ = self._running.get(group, (None, [], []))
             failed = next(index for index, error in enumerate(errors) if error is not None)
-            logger.warning(
-                "member rank %d of MPI task %r raised while %d other member(s) still run: "
-                "if they wait for it inside MPI they never end, their worker ranks stay "
-                "reserved, and the launch ends with MPI_Abort after its timeout",
-                failed, getattr(getattr(task, "fn", None), "__qualname__", call),
-                len(waiting))
+            self._member_lost(group, world_ranks[failed] if world_ranks else None)
         return errors
 
 
@@ -233,6 +269,36 @@ def _start(future: TaskFuture) -> bool:
         return future.set_running_or_notify_cancel()
     except RuntimeError:
         return False
+
+
+async def _resolved_calls(futures: list[TaskFuture], calls: list[tuple[tuple, dict]]
+                          ) -> list[tuple[TaskFuture, tuple[tuple, dict]]]:
+    """Each call with its arguments resolved; a call whose argument failed gets that error."""
+    ready = []
+    for future, (args, kwargs) in zip(futures, calls, strict=True):
+        try:
+            ready.append((future, await _resolved(args, kwargs)))
+        except Exception as err:
+            settle(future, exception=err)
+    return ready
+
+
+def _call_outcomes(outcomes: list[Any], index: int) -> list[Any]:
+    """Call ``index``'s: member 0's value, then each member's exception (None: fine).
+
+    ``outcomes``: each member's BundleOutcome, or the exception its task
+    ended with (then that is every call's error).
+    """
+    per_call: list[Any] = [None]
+    for member, outcome in enumerate(outcomes):
+        if outcome is None or isinstance(outcome, BaseException):
+            per_call.append(outcome)
+            continue
+        ok, value = outcome.results[index]
+        if member == 0 and ok:
+            per_call[0] = value
+        per_call.append(None if ok else value)
+    return per_call
 
 
 async def _resolved(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
