@@ -139,6 +139,8 @@ class MPICalls:
         if entry is None or not 0 <= index < len(entry[2]):
             return
         task, world_ranks, futures = entry
+        if futures[index].done():
+            return
         try:
             error = cloudpickle.loads(packed)
         except Exception:  # the group's outcome brings it, once the members end
@@ -169,13 +171,16 @@ class MPICalls:
             release = False
         except Exception as err:
             for future in futures:
-                settle(future, exception=err)
+                if not future.done():
+                    settle(future, exception=err)
             return
         finally:
             self._running.pop(group, None)
             if release:
                 self._in_background(_quietly(_dask.release_ranks(self._client, group)))
         for index, future in enumerate(sent):
+            if future.done():  # told at once (_call_failed), or failed by a broken executor
+                continue
             per_call = _call_outcomes(outcomes, index)
             failed = member_failure(task, grant["world_ranks"], per_call)
             if failed is not None:
