@@ -317,6 +317,8 @@ class Executor(cf.Executor):
         items = _argument_tuples(iterables)
         with self._lock:
             bridge = self._usable_bridge()
+            if not items:  # nothing to refuse, as with each item submitted alone
+                return iter(())
             for arguments in items:
                 refuse_foreign_futures(arguments, {})
             workers = check_launch(self._session, task.ranks)

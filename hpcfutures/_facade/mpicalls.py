@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -49,12 +50,16 @@ from .mpitask import MPITask
 
 __all__ = ["MPICalls", "calls_per_group", "member_failure"]
 
+logger = logging.getLogger("hpcfutures")
+
 #: Seconds one request for ranks waits on the scheduler before it is asked again
 #: (so that a cancelled call or a broken executor stops waiting soon).
 RESERVE_WAIT = 2.0
 #: Requests for ranks waiting on the scheduler at once (each holds a connection);
 #: the calls after them wait their turn here, in order.
 ASKING_AT_ONCE = 16
+#: Seconds after a member raised before a warning says that its group has not ended.
+STUCK_AFTER = 10.0
 #: Most calls of a ``map`` run in a row on one reservation.
 MOST_CALLS_PER_GROUP = 64
 #: A ``map`` is cut into at least this many groups of calls per group of ranks the
@@ -148,6 +153,18 @@ class MPICalls:
         outcomes: list[Any] = [None] * (len(world_ranks) + 1)
         outcomes[member + 1] = error
         settle(futures[index], exception=member_failure(task, world_ranks, outcomes))
+        asyncio.get_running_loop().call_later(STUCK_AFTER, self._still_running, group, member)
+
+    def _still_running(self, group: str, member: int) -> None:
+        """Warn if the group in which a member raised has not ended since."""
+        if group not in self._running:
+            return
+        task = self._running[group][0]
+        logger.warning(
+            "member rank %d of MPI task %r raised %g s ago and the members are not done "
+            "yet: if the others wait for it inside MPI they never end, their worker ranks "
+            "stay reserved, and the launch ends with MPI_Abort after its timeout",
+            member, getattr(task.fn, "__qualname__", group), STUCK_AFTER)
 
     async def _run(self, futures: list[TaskFuture], task: MPITask,
                    calls: list[tuple[tuple, dict]]) -> None:
