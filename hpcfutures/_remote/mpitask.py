@@ -5,7 +5,8 @@ consecutive items of a ``map``) run :func:`run_members` at about the same
 time, one per reserved worker (the scheduler reserved them together, see
 ``_dask/mpigroups.py``)::
 
-    member i, for each call of the group, in order:
+    member i, once: wait for the others without spinning (meet)
+    then for each call of the group, in order:
         a new communicator of the group's world ranks (MPI_Comm_create_group,
         only the members take part) -> fn(comm, *args, **kwargs)
         -> free the communicator -> value, or the exception raised
@@ -28,7 +29,7 @@ from typing import Any
 
 import cloudpickle
 
-from .._support.mpi import group_communicator
+from .._support.mpi import group_communicator, meet
 from .calls import _TRACEBACK_ATTR, BundleOutcome, run_task
 
 __all__ = ["raised_by_the_call", "run_members"]
@@ -57,6 +58,7 @@ def run_members(fn: Callable[..., Any], calls: Sequence[tuple[tuple, dict]],
     """
     results: list = []
     seconds: list = []
+    meet(world_ranks, tag)  # the members' tasks start at different times: wait gently
     for index, (args, kwargs) in enumerate(calls):
         started = time.perf_counter()
         comm = group_communicator(world_ranks, tag)
