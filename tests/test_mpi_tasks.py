@@ -21,7 +21,13 @@ from helpers import JOBS, MPI_LOOPBACK, ROOT, have_mpi, require, run_job, slurm_
 
 import hpcfutures
 from hpcfutures import LauncherError, MPITask, mpi_task
-from hpcfutures._facade.mpicalls import _call_outcomes, calls_per_group, member_failure
+from hpcfutures._facade.mpicalls import (
+    GROUP_SECONDS,
+    _call_outcomes,
+    _CallQueue,
+    lanes,
+    member_failure,
+)
 from hpcfutures._facade.mpitask import check_launch, results_in_order
 from hpcfutures._launch.plan import negotiate
 from hpcfutures._remote.calls import BundleOutcome, run_task
@@ -111,11 +117,27 @@ def test_a_failing_member_keeps_its_type_and_is_named():
 
 
 def test_a_map_shares_reservations_among_consecutive_calls_and_yields_in_order():
-    # one group of ranks at a time: 4 groups of calls, at most 64 calls in each
-    assert calls_per_group(200, ranks=2, workers=2) == 50
-    assert calls_per_group(10_000, ranks=2, workers=3) == 64
-    assert calls_per_group(8, ranks=2, workers=6) == 1  # spread over the 3 groups
-    assert calls_per_group(8, ranks=2, workers=6, chunksize=5) == 5
+    # as many lanes (groups at once) as the workers hold, no more than the items
+    assert (lanes(200, ranks=2, workers=6), lanes(2, 2, 6), lanes(9, 4, 3)) == (3, 2, 1)
+    # the first group: chunksize calls; then as many as fill GROUP_SECONDS at the
+    # last group's pace, at most an even share per lane of what is left
+    pending = [(cf.Future(), ((item,), {})) for item in range(1000)]
+    queue = _CallQueue(mpi_task(solve, 2), pending, least=3, lanes=2)
+    first = queue.take()
+    assert [call[0] for _, call in first] == [(0,), (1,), (2,)]
+    assert all(future.running() for future, _ in first)
+    queue.measured(BundleOutcome([(True, 1)] * 3, [0.001, 0.02, 0.03]))
+    assert queue.size() == int(GROUP_SECONDS / 0.02)  # at the median's pace
+    queue.measured(BundleOutcome([(True, 1)], [1e-9]))
+    assert queue.size() == 16 * 3  # at most 16 times the largest group so far
+    queue.last = 100
+    assert queue.size() == 997 // 2 + 1  # the even share
+    queue.measured(BundleOutcome([(True, 1)], [60.0]))
+    assert queue.size() == 3  # slow calls: chunksize
+    for future, _ in pending[3:10]:
+        future.cancel()
+    assert [call[0] for _, call in queue.take()] == [(10,), (11,), (12,)]
+    assert queue.left() and len(queue.pending) == 987
     # each call's outcome: member 0's value, then each member's error (None: fine)
     boom = KeyError("boom")
     outcomes = [BundleOutcome([(True, "a"), (True, "b")], [0, 0]),

@@ -127,10 +127,11 @@ class TaskBridge:
         self.wake()
         return future
 
-    def submit_mpi(self, task: MPITask, calls: list[tuple[tuple, dict]],
-                   per_group: int = 1) -> list[TaskFuture]:
+    def submit_mpi(self, task: MPITask, calls: list[tuple[tuple, dict]], least: int = 1,
+                   lanes: int = 1) -> list[TaskFuture]:
         """MPI tasks (one call per ``(args, kwargs)``), never bundled with ordinary calls:
-        ``per_group`` consecutive calls share a reservation (see mpicalls.py)."""
+        consecutive calls share a reservation, ``least`` at least, ``lanes`` groups
+        at once (see mpicalls.py)."""
         futures = [TaskFuture() for _ in calls]
         with self._lock:
             if self._broken is not None:
@@ -140,9 +141,7 @@ class TaskBridge:
             future.add_done_callback(self._on_done)
             if self._tally is not None:
                 future.add_done_callback(self._tally.future_done)
-        for start in range(0, len(calls), per_group):
-            self._loop.call_soon(self._mpi_calls.start, futures[start:start + per_group], task,
-                                 calls[start:start + per_group])
+        self._loop.call_soon(self._mpi_calls.start, futures, task, calls, least, lanes)
         return futures
 
     def send_chunk(self, fn: Callable[..., Any], chunk: list[tuple],

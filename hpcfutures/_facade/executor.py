@@ -28,7 +28,7 @@ from .closing import Closer, exit_status_for, interpreter_exiting
 from .draining import Drain
 from .journal import Journal, journal_name, open_journal, resumed_results
 from .mapping import MapRun
-from .mpicalls import calls_per_group
+from .mpicalls import lanes
 from .mpitask import MPITask, check_launch, results_in_order
 from .progress import open_bar, progress_mode
 
@@ -312,7 +312,8 @@ class Executor(cf.Executor):
     def _mpi_map(self, task: MPITask, iterables: tuple[Iterable[Any], ...],
                  timeout: float | None, chunksize: int) -> Iterator[Any]:
         """``map`` of an MPI task: each item its own call; consecutive calls share a
-        reservation of ranks (``chunksize`` calls at least, see mpicalls.py)."""
+        reservation of ranks (``chunksize`` calls at least, more once their pace is
+        known: see mpicalls.py)."""
         end_time = None if timeout is None else timeout + time.monotonic()
         items = _argument_tuples(iterables)
         with self._lock:
@@ -323,8 +324,8 @@ class Executor(cf.Executor):
                 refuse_foreign_futures(arguments, {})
             workers = check_launch(self._session, task.ranks)
             futures = bridge.submit_mpi(task, [(arguments, {}) for arguments in items],
-                                        calls_per_group(len(items), task.ranks, workers,
-                                                        chunksize))
+                                        least=chunksize,
+                                        lanes=lanes(len(items), task.ranks, workers))
         return results_in_order(futures, end_time)
 
     def _journaled_map(self, journal: Journal, bridge: TaskBridge, fn: Callable[..., Any],

@@ -31,9 +31,11 @@ aborts the MPI job, so that the launcher returns at once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import contextlib
 import logging
+import statistics
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +50,7 @@ from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
 from .mpitask import MPITask
 
-__all__ = ["MPICalls", "calls_per_group", "member_failure"]
+__all__ = ["MPICalls", "lanes", "member_failure"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -60,18 +62,75 @@ RESERVE_WAIT = 2.0
 ASKING_AT_ONCE = 16
 #: Seconds after a member raised before a warning says that its group has not ended.
 STUCK_AFTER = 10.0
-#: Most calls of a ``map`` run in a row on one reservation.
-MOST_CALLS_PER_GROUP = 64
-#: A ``map`` is cut into at least this many groups of calls per group of ranks the
-#: launch can hold at once, so that a slow group does not hold up the others' share.
-GROUPS_PER_SLOT = 4
+#: Seconds of calls one group should carry once their duration is known: a group's
+#: fixed cost (reservation, member tasks, fetch) is some 20 ms, a few ms on a quiet node.
+GROUP_SECONDS = 0.25
+#: Most calls in one group (each member's task carries every call's arguments).
+MOST_CALLS_PER_GROUP = 1024
+#: How much bigger than the largest group so far the next may be (its pace was
+#: measured on fewer calls).
+GROWTH = 16
 
 
-def calls_per_group(items: int, ranks: int, workers: int, chunksize: int = 1) -> int:
-    """How many consecutive items of a ``map`` of ``ranks``-rank calls share a reservation."""
-    slots = max(1, workers // ranks)
-    spread = -(-items // (GROUPS_PER_SLOT * slots))
-    return max(chunksize, min(MOST_CALLS_PER_GROUP, spread))
+def lanes(items: int, ranks: int, workers: int) -> int:
+    """Groups of a ``map`` of ``ranks``-rank calls that may run at once: as many as the
+    launch's worker ranks hold, no more than there are items."""
+    return max(1, min(items, workers // ranks))
+
+
+class _CallQueue:
+    """The calls of one ``submit`` or ``map`` not yet given to a group, in order.
+
+    Each lane (one coroutine, one group of ranks at a time) takes the next
+    calls once its ranks are granted: the first group ``least`` calls (the
+    map's ``chunksize``), the next ones as many as fill GROUP_SECONDS at the
+    last group's pace (its median call) and at most GROWTH times the largest
+    group so far, but no more than an even share per lane of what is left,
+    and no fewer than ``least``.
+    """
+
+    def __init__(self, task: MPITask, pending: list[tuple[TaskFuture, tuple[tuple, dict]]],
+                 least: int, lanes: int) -> None:
+        self.task = task
+        self.pending = collections.deque(pending)
+        self.least = least
+        self.lanes = lanes
+        #: Seconds one call took on member 0, in the last group that ended (None: unknown).
+        self.per_call: float | None = None
+        #: The groups asking for ranks for these calls.
+        self.asking: set[str] = set()
+        #: The largest group taken so far.
+        self.last = 1
+
+    def left(self) -> bool:
+        """Whether a call waits that is neither cancelled nor done."""
+        while self.pending and self.pending[0][0].done():
+            self.pending.popleft()
+        return bool(self.pending)
+
+    def size(self) -> int:
+        """How many calls the next group takes."""
+        share = -(-len(self.pending) // self.lanes)
+        by_time = (self.least if self.per_call is None
+                   else int(GROUP_SECONDS / max(self.per_call, 1e-6)))
+        return max(1, self.least, min(share, MOST_CALLS_PER_GROUP, GROWTH * self.last, by_time))
+
+    def take(self) -> list[tuple[TaskFuture, tuple[tuple, dict]]]:
+        """The next group's calls, each marked RUNNING (cancelled ones left out)."""
+        size = self.size()
+        taken: list[tuple[TaskFuture, tuple[tuple, dict]]] = []
+        while self.pending and len(taken) < size:
+            future, call = self.pending.popleft()
+            if _start(future):
+                taken.append((future, call))
+        self.last = max(self.last, len(taken))
+        return taken
+
+    def measured(self, outcome: Any) -> None:
+        """Learn the pace from member 0's outcome (a BundleOutcome): its median call."""
+        seconds = getattr(outcome, "seconds", None)
+        if seconds:
+            self.per_call = statistics.median(seconds)
 
 
 class MPICalls:
@@ -94,32 +153,36 @@ class MPICalls:
         self._asking: asyncio.Semaphore | None = None
         #: The groups whose members run now: group -> (task, world ranks, futures sent).
         self._running: dict[str, tuple[MPITask, list[int], list[TaskFuture]]] = {}
-        #: The calls still asking for ranks, by future (withdrawn once all are cancelled).
-        self._asking_for: dict[TaskFuture, str] = {}
+        #: The calls not yet given to a group, by future (a group asking for ranks for
+        #: them is withdrawn once all are cancelled).
+        self._asking_for: dict[TaskFuture, _CallQueue] = {}
         self._following = False
 
     def start(self, futures: list[TaskFuture], task: MPITask,
-              calls: list[tuple[tuple, dict]]) -> None:
-        """Run ``calls`` (each ``(args, kwargs)``, its future at the same place) as one group."""
+              calls: list[tuple[tuple, dict]], least: int = 1, lanes: int = 1) -> None:
+        """Run ``calls`` (each ``(args, kwargs)``, its future at the same place), in groups
+        of at least ``least`` consecutive calls, ``lanes`` groups at once."""
         if not self._following:  # on the loop thread, as the Dask client wants
             from .. import _dask
 
             _dask.follow_member_losses(self._client, self._member_lost, self._call_failed)
             self._following = True
-        self._in_background(self._run(futures, task, calls))
+        self._in_background(self._run(futures, task, calls, least, lanes))
 
     def asking(self, future: TaskFuture) -> bool:
-        """Whether ``future``'s call is asking the scheduler for ranks (any thread)."""
+        """Whether ``future``'s call waits for a group (any thread)."""
         return future in self._asking_for
 
     def cancelled(self, future: TaskFuture) -> None:
-        """The user cancelled ``future``: once no call of its group is left, withdraw the
-        group's request now, so that it does not hold up the calls behind it (loop thread)."""
+        """The user cancelled ``future``: once no call of its queue is left, withdraw the
+        requests for ranks now, so that they do not hold up the calls behind them (loop
+        thread)."""
         from .. import _dask
 
-        group = self._asking_for.pop(future, None)
-        if group is not None and group not in self._asking_for.values():
-            self._in_background(_quietly(_dask.release_ranks(self._client, group)))
+        queue = self._asking_for.pop(future, None)
+        if queue is not None and not queue.left():
+            for group in queue.asking:
+                self._in_background(_quietly(_dask.release_ranks(self._client, group)))
 
     def _member_lost(self, group: str, world_rank: int | None) -> None:
         """A worker died under a running call: end the MPI job (see the module's doc)."""
@@ -167,34 +230,52 @@ class MPICalls:
             member, getattr(task.fn, "__qualname__", group), STUCK_AFTER)
 
     async def _run(self, futures: list[TaskFuture], task: MPITask,
-                   calls: list[tuple[tuple, dict]]) -> None:
+                   calls: list[tuple[tuple, dict]], least: int, lanes: int) -> None:
+        ready = await _resolved_calls(futures, calls)
+        queue = _CallQueue(task, ready, least, max(1, min(lanes, len(ready))))
+        self._asking_for.update((future, queue) for future, _ in ready)
+        try:
+            await asyncio.gather(*(self._lane(queue) for _ in range(queue.lanes)))
+        finally:
+            for future, _ in ready:
+                self._asking_for.pop(future, None)
+
+    async def _lane(self, queue: _CallQueue) -> None:
+        """Groups of the queue's calls, one after another, until none is left."""
+        while queue.left() and self._broken() is None:
+            if not await self._group(queue):
+                return
+
+    async def _group(self, queue: _CallQueue) -> bool:
+        """Reserve ranks, take the next calls, run them; False: nothing more to do here."""
         from .. import _dask
 
-        name = getattr(task.fn, "__name__", "mpi_task")
-        group = f"mpi-{name}-{uuid.uuid4().hex}"
+        task = queue.task
+        group = f"mpi-{getattr(task.fn, '__name__', 'mpi_task')}-{uuid.uuid4().hex}"
         keys = [f"{group}-{member}" for member in range(task.ranks)]
-        release = False  # once asked for: unless every member ran (its end frees them)
+        release = True  # unless every member ran (their end frees the ranks)
+        taken: list[tuple[TaskFuture, tuple[tuple, dict]]] = []
         try:
-            ready = await _resolved_calls(futures, calls)
-            release = True
-            grant = await self._reserve([future for future, _ in ready], group, task.ranks,
-                                        keys)
-            ready = [(future, call) for future, call in ready if _start(future)]
-            if grant is None or not ready:
-                return
-            sent = [future for future, _ in ready]
+            grant = await self._reserve(queue, group, keys)
+            taken = queue.take() if grant is not None else []
+            for future, _ in taken:
+                self._asking_for.pop(future, None)
+            if grant is None or not taken:
+                return False
+            sent = [future for future, _ in taken]
             self._running[group] = (task, list(grant["world_ranks"]), sent)
-            outcomes = await self._members(task, grant, keys, [call for _, call in ready])
+            outcomes = await self._members(task, grant, keys, [call for _, call in taken])
             release = False
         except Exception as err:
-            for future in futures:
+            for future, _ in [*taken, *queue.pending]:
                 if not future.done():
                     settle(future, exception=err)
-            return
+            return False
         finally:
             self._running.pop(group, None)
             if release:
                 self._in_background(_quietly(_dask.release_ranks(self._client, group)))
+        queue.measured(outcomes[0])
         for index, future in enumerate(sent):
             if future.done():  # told at once (_call_failed), or failed by a broken executor
                 continue
@@ -204,30 +285,26 @@ class MPICalls:
                 settle(future, exception=failed)
             else:
                 settle(future, per_call[0])
+        return True
 
-    async def _reserve(self, futures: list[TaskFuture], group: str, ranks: int,
-                       keys: list[str]) -> dict | None:
-        """The scheduler's grant; None once every call was cancelled or the executor broke."""
+    async def _reserve(self, queue: _CallQueue, group: str, keys: list[str]) -> dict | None:
+        """The scheduler's grant; None once no call is left or the executor broke."""
         from .. import _dask
 
-        if not futures:
-            return None
         if self._asking is None:  # made on the loop thread
             self._asking = asyncio.Semaphore(ASKING_AT_ONCE)
         async with self._asking:
-            self._asking_for.update(dict.fromkeys(futures, group))
+            queue.asking.add(group)
             try:
-                while (not all(future.done() for future in futures)
-                       and self._broken() is None):
-                    answer = await _dask.reserve_ranks(self._client, group, ranks,
+                while queue.left() and self._broken() is None:
+                    answer = await _dask.reserve_ranks(self._client, group, queue.task.ranks,
                                                        RESERVE_WAIT, keys)
                     if "error" in answer:
                         raise RuntimeError(answer["error"])
                     if "workers" in answer:
                         return answer
             finally:
-                for future in futures:
-                    self._asking_for.pop(future, None)
+                queue.asking.discard(group)
         return None
 
     async def _members(self, task: MPITask, grant: dict, keys: list[str],
