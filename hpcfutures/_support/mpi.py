@@ -2,7 +2,8 @@
 
 The MPI launcher (:mod:`hpcfutures.launchers._mpi`) gets the module here to
 start MPI, broadcast the scheduler's address and finalize; a worker gets here
-the communicator of one MPI task's members (:mod:`hpcfutures._remote.mpitask`).
+the communicator of one MPI task's members, and waits here for the other
+members without spinning (:mod:`hpcfutures._remote.mpitask`).
 Nothing here initialises MPI at import time.
 """
 
