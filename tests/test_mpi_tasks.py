@@ -21,13 +21,8 @@ from helpers import JOBS, MPI_LOOPBACK, ROOT, have_mpi, require, run_job, slurm_
 
 import hpcfutures
 from hpcfutures import LauncherError, MPITask, mpi_task
-from hpcfutures._facade.mpicalls import (
-    GROUP_SECONDS,
-    _call_outcomes,
-    _CallQueue,
-    lanes,
-    member_failure,
-)
+from hpcfutures._facade.mpicalls import _call_outcomes, member_failure
+from hpcfutures._facade.mpilanes import GROUP_SECONDS, CallQueue, lanes
 from hpcfutures._facade.mpitask import check_launch, results_in_order
 from hpcfutures._launch.plan import negotiate
 from hpcfutures._remote.calls import BundleOutcome, run_task
@@ -122,7 +117,7 @@ def test_a_map_shares_reservations_among_consecutive_calls_and_yields_in_order()
     # the first group: chunksize calls; then as many as fill GROUP_SECONDS at the
     # last group's pace, at most an even share per lane of what is left
     pending = [(cf.Future(), ((item,), {})) for item in range(1000)]
-    queue = _CallQueue(mpi_task(solve, 2), pending, least=3, lanes=2)
+    queue = CallQueue(mpi_task(solve, 2), pending, least=3, lanes=2)
     first = queue.take()
     assert [call[0] for _, call in first] == [(0,), (1,), (2,)]
     assert all(future.running() for future, _ in first)

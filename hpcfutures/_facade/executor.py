@@ -28,7 +28,7 @@ from .closing import Closer, exit_status_for, interpreter_exiting
 from .draining import Drain
 from .journal import Journal, journal_name, open_journal, resumed_results
 from .mapping import MapRun
-from .mpicalls import lanes
+from .mpilanes import lanes
 from .mpitask import MPITask, check_launch, results_in_order
 from .progress import open_bar, progress_mode
 

@@ -1,10 +1,10 @@
 """MPI tasks from the client's loop thread: reserve the ranks, run the members, release.
 
-One coroutine per group of calls (loop thread only, like everything that
-touches the Dask client).  A ``submit`` is a group of one call; a ``map``
-cuts its items into groups of consecutive calls (:func:`calls_per_group`),
-each run on one reservation, call after call, so that the reservation, the
-member tasks and the fetch are paid once per group instead of per call::
+One coroutine per lane (loop thread only, like everything that touches the
+Dask client).  A ``submit`` is a queue of one call; a ``map`` a queue of its
+items, which its lanes take in groups of consecutive calls (:mod:`.mpilanes`),
+each group run on one reservation, call after call, so that the reservation,
+the member tasks and the fetch are paid once per group instead of per call::
 
     futures among the arguments: waited for, replaced by their values
     reserve: the scheduler grants `ranks` free workers at once (_dask/mpigroups.py),
@@ -31,11 +31,9 @@ aborts the MPI job, so that the launcher returns at once.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures as cf
 import contextlib
 import logging
-import statistics
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -48,9 +46,10 @@ from .._remote.mpitask import run_members
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
+from .mpilanes import CallQueue
 from .mpitask import MPITask
 
-__all__ = ["MPICalls", "lanes", "member_failure"]
+__all__ = ["MPICalls", "member_failure"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -62,77 +61,6 @@ RESERVE_WAIT = 2.0
 ASKING_AT_ONCE = 16
 #: Seconds after a member raised before a warning says that its group has not ended.
 STUCK_AFTER = 10.0
-#: Seconds of calls one group should carry once their duration is known: a group's
-#: fixed cost (reservation, member tasks, fetch) is some 20 ms, a few ms on a quiet node.
-GROUP_SECONDS = 0.25
-#: Most calls in one group (each member's task carries every call's arguments).
-MOST_CALLS_PER_GROUP = 1024
-#: How much bigger than the largest group so far the next may be (its pace was
-#: measured on fewer calls).
-GROWTH = 16
-
-
-def lanes(items: int, ranks: int, workers: int) -> int:
-    """Groups of a ``map`` of ``ranks``-rank calls that may run at once: as many as the
-    launch's worker ranks hold, no more than there are items."""
-    return max(1, min(items, workers // ranks))
-
-
-class _CallQueue:
-    """The calls of one ``submit`` or ``map`` not yet given to a group, in order.
-
-    Each lane (one coroutine, one group of ranks at a time) takes the next
-    calls once its ranks are granted: the first group ``least`` calls (the
-    map's ``chunksize``), the next ones as many as fill GROUP_SECONDS at the
-    last group's pace (its median call) and at most GROWTH times the largest
-    group so far, but no more than an even share per lane of what is left,
-    and no fewer than ``least``.
-    """
-
-    def __init__(self, task: MPITask, pending: list[tuple[TaskFuture, tuple[tuple, dict]]],
-                 least: int, lanes: int) -> None:
-        self.task = task
-        self.pending = collections.deque(pending)
-        self.least = least
-        self.lanes = lanes
-        #: Seconds one call took on member 0, in the last group that ended (None: unknown).
-        self.per_call: float | None = None
-        #: The groups asking for ranks for these calls.
-        self.asking: set[str] = set()
-        #: The largest group taken so far.
-        self.last = 1
-
-    def left(self) -> bool:
-        """Whether a call waits that is neither cancelled nor done."""
-        while self.pending and self.pending[0][0].done():
-            self.pending.popleft()
-        return bool(self.pending)
-
-    def size(self) -> int:
-        """How many calls the next group takes."""
-        share = -(-len(self.pending) // self.lanes)
-        by_time = (self.least if self.per_call is None
-                   else int(GROUP_SECONDS / max(self.per_call, 1e-6)))
-        return max(1, self.least, min(share, MOST_CALLS_PER_GROUP, GROWTH * self.last, by_time))
-
-    def take(self) -> list[tuple[TaskFuture, tuple[tuple, dict]]]:
-        """The next group's calls, each marked RUNNING (cancelled ones left out)."""
-        size = self.size()
-        taken: list[tuple[TaskFuture, tuple[tuple, dict]]] = []
-        while self.pending and len(taken) < size:
-            future, call = self.pending.popleft()
-            if _start(future):
-                taken.append((future, call))
-        self.last = max(self.last, len(taken))
-        return taken
-
-    def measured(self, outcome: Any) -> None:
-        """Learn the pace from member 0's outcome (a BundleOutcome): its median call."""
-        seconds = getattr(outcome, "seconds", None)
-        if seconds:
-            self.per_call = statistics.median(seconds)
-
-
 class MPICalls:
     """Runs MPI tasks for the bridge (loop thread).
 
@@ -155,7 +83,7 @@ class MPICalls:
         self._running: dict[str, tuple[MPITask, list[int], list[TaskFuture]]] = {}
         #: The calls not yet given to a group, by future (a group asking for ranks for
         #: them is withdrawn once all are cancelled).
-        self._asking_for: dict[TaskFuture, _CallQueue] = {}
+        self._asking_for: dict[TaskFuture, CallQueue] = {}
         self._following = False
 
     def start(self, futures: list[TaskFuture], task: MPITask,
@@ -232,7 +160,7 @@ class MPICalls:
     async def _run(self, futures: list[TaskFuture], task: MPITask,
                    calls: list[tuple[tuple, dict]], least: int, lanes: int) -> None:
         ready = await _resolved_calls(futures, calls)
-        queue = _CallQueue(task, ready, least, max(1, min(lanes, len(ready))))
+        queue = CallQueue(task, ready, least, max(1, min(lanes, len(ready))))
         self._asking_for.update((future, queue) for future, _ in ready)
         try:
             await asyncio.gather(*(self._lane(queue) for _ in range(queue.lanes)))
@@ -240,13 +168,13 @@ class MPICalls:
             for future, _ in ready:
                 self._asking_for.pop(future, None)
 
-    async def _lane(self, queue: _CallQueue) -> None:
+    async def _lane(self, queue: CallQueue) -> None:
         """Groups of the queue's calls, one after another, until none is left."""
         while queue.left() and self._broken() is None:
             if not await self._group(queue):
                 return
 
-    async def _group(self, queue: _CallQueue) -> bool:
+    async def _group(self, queue: CallQueue) -> bool:
         """Reserve ranks, take the next calls, run them; False: nothing more to do here."""
         from .. import _dask
 
@@ -287,7 +215,7 @@ class MPICalls:
                 settle(future, per_call[0])
         return True
 
-    async def _reserve(self, queue: _CallQueue, group: str, keys: list[str]) -> dict | None:
+    async def _reserve(self, queue: CallQueue, group: str, keys: list[str]) -> dict | None:
         """The scheduler's grant; None once no call is left or the executor broke."""
         from .. import _dask
 
@@ -360,14 +288,6 @@ def _counted_as(calls: int) -> contextlib.AbstractContextManager:
     import dask  # imported by the client already
 
     return dask.annotate(**{CALLS_ANNOTATION: calls})
-
-
-def _start(future: TaskFuture) -> bool:
-    """Mark the call RUNNING; False if it was cancelled (or settled) meanwhile."""
-    try:
-        return future.set_running_or_notify_cancel()
-    except RuntimeError:
-        return False
 
 
 async def _resolved_calls(futures: list[TaskFuture], calls: list[tuple[tuple, dict]]
