@@ -61,6 +61,8 @@ RESERVE_WAIT = 2.0
 ASKING_AT_ONCE = 16
 #: Seconds after a member raised before a warning says that its group has not ended.
 STUCK_AFTER = 10.0
+
+
 class MPICalls:
     """Runs MPI tasks for the bridge (loop thread).
 

@@ -92,6 +92,8 @@ class CallQueue:
 
 def start(future: TaskFuture) -> bool:
     """Mark the call RUNNING; False if it was cancelled (or settled) meanwhile."""
+    if future.done() and not future.cancelled():  # failed by a broken executor
+        return False
     try:
         return future.set_running_or_notify_cancel()
     except RuntimeError:
