@@ -73,7 +73,7 @@ def meet(world_ranks: Sequence[int], tag: int) -> None:
     world = mpi_module().COMM_WORLD
     me, first = world.Get_rank(), world_ranks[0]
     others = [rank for rank in world_ranks if rank != first]
-    if not others:
+    if not others or me not in world_ranks:  # group_communicator says what is wrong
         return
     if me == first:
         for rank in others:
