@@ -9,8 +9,10 @@ and the laptop's "no MPI world" error in test_contract_local.py.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import pickle
 import sys
+import time
 import types
 
 import cloudpickle
@@ -19,10 +21,11 @@ from helpers import JOBS, MPI_LOOPBACK, ROOT, have_mpi, require, run_job, slurm_
 
 import hpcfutures
 from hpcfutures import LauncherError, MPITask, mpi_task
-from hpcfutures._facade.mpicalls import member_failure
-from hpcfutures._facade.mpitask import check_launch
+from hpcfutures._facade.mpicalls import _call_outcomes, member_failure
+from hpcfutures._facade.mpilanes import GROUP_SECONDS, CallQueue, lanes
+from hpcfutures._facade.mpitask import check_launch, results_in_order
 from hpcfutures._launch.plan import negotiate
-from hpcfutures._remote.calls import run_task
+from hpcfutures._remote.calls import BundleOutcome, run_task
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers.mpi import MPILauncher
 
@@ -108,6 +111,46 @@ def test_a_failing_member_keeps_its_type_and_is_named():
     assert member_failure(mpi_task(fails, 1), [2], [1, None]) is None
 
 
+def test_a_map_shares_reservations_among_consecutive_calls_and_yields_in_order():
+    # as many lanes (groups at once) as the workers hold, no more than the items
+    assert (lanes(200, ranks=2, workers=6), lanes(2, 2, 6), lanes(9, 4, 3)) == (3, 2, 1)
+    # the first group: chunksize calls; then as many as fill GROUP_SECONDS at the
+    # last group's pace, at most an even share per lane of what is left
+    pending = [(cf.Future(), ((item,), {})) for item in range(1000)]
+    queue = CallQueue(mpi_task(solve, 2), pending, least=3, lanes=2)
+    first = queue.take()
+    assert [call[0] for _, call in first] == [(0,), (1,), (2,)]
+    assert all(future.running() for future, _ in first)
+    queue.measured(BundleOutcome([(True, 1)] * 3, [0.001, 0.02, 0.03]))
+    assert queue.size() == int(GROUP_SECONDS / 0.02)  # at the median's pace
+    queue.measured(BundleOutcome([(True, 1)], [1e-9]))
+    assert queue.size() == 16 * 3  # at most 16 times the largest group so far
+    queue.last = 100
+    assert queue.size() == 997 // 2 + 1  # the even share
+    queue.measured(BundleOutcome([(True, 1)], [60.0]))
+    assert queue.size() == 3  # slow calls: chunksize
+    for future, _ in pending[3:10]:
+        future.cancel()
+    assert [call[0] for _, call in queue.take()] == [(10,), (11,), (12,)]
+    assert queue.left() and len(queue.pending) == 987
+    # each call's outcome: member 0's value, then each member's error (None: fine)
+    boom = KeyError("boom")
+    outcomes = [BundleOutcome([(True, "a"), (True, "b")], [0, 0]),
+                BundleOutcome([(True, None), (False, boom)], [0, 0])]
+    assert _call_outcomes(outcomes, 0) == ["a", None, None]
+    assert _call_outcomes(outcomes, 1) == ["b", None, boom]
+    lost = RuntimeError("worker lost")
+    assert _call_outcomes([None, lost], 1) == [None, None, lost]
+    # results in order; those not yet yielded are cancelled when the iterator closes
+    futures = [cf.Future() for _ in range(3)]
+    futures[0].set_result(1)
+    results = results_in_order(futures, time.monotonic() + 0.05)
+    assert next(results) == 1
+    with pytest.raises(cf.TimeoutError):
+        next(results)
+    assert futures[1].cancelled() and futures[2].cancelled()
+
+
 # ======================================================= real MPI, real Slurm
 def mpi_tasks_passed(job) -> bool:
     return job.returncode == 0 and "MPI TASKS OK" in job.stdout and (
@@ -125,9 +168,12 @@ def test_mpi_tasks_under_mpiexec():
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
 def test_a_member_that_dies_ends_the_mpi_job_at_once():
-    """Its partner waits for it inside MPI, where nothing interrupts it: MPI's rule."""
+    """Its partner waits for it inside MPI, where nothing interrupts it: MPI's rule.
+    First, a member that raises while its partner waits for it forever: its error
+    comes at once all the same (told by an event, not by the end of the members)."""
     require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
-    job = run_job(["mpiexec", "-n", "4", sys.executable, JOB, "dies"], env=MPI_ENV, timeout=45)
+    job = run_job(["mpiexec", "-n", "6", sys.executable, JOB, "dies"], env=MPI_ENV, timeout=45)
+    assert "CHECK told at once: ok" in job.stdout, job  # before: an error, its partner stuck
     assert job.returncode != 0 and "the call whose member died returned" not in job.stderr, job
     assert "died (or lost its connection) while it ran member rank 1 of 2" in job.stderr, job
     assert "MPI_Abort" in job.stderr and job.seconds < 30, job

@@ -51,7 +51,7 @@ from .cluster import (
 )
 from .deaths import death_certificate, lost_worker, report_death
 from .initializer import register_initializer
-from .mpigroups import follow_member_losses, release_ranks, reserve_ranks
+from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
 from .scheduler import Coordinator, SchedulerService
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
@@ -89,6 +89,7 @@ __all__ = [
     "run_worker",
     "start_usage",
     "startup_error",
+    "tell_call_failed",
     "total_threads",
     "usage_report",
     "wait_for_workers",

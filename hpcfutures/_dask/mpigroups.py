@@ -38,12 +38,14 @@ if TYPE_CHECKING:
     from distributed import Client, Scheduler
 
 __all__ = ["RankGroups", "follow_member_losses", "release_ranks", "reserve_ranks",
-           "world_rank"]
+           "tell_call_failed", "world_rank"]
 
 RESERVE_OP = "hpcfutures_mpi_reserve"
 RELEASE_OP = "hpcfutures_mpi_release"
 #: Event topic on which the scheduler says that a worker died under a running MPI task.
 MEMBER_LOST_TOPIC = "hpcfutures-mpi-member-lost"
+#: Event topic on which a member says at once that a call raised on it (see _remote/mpitask.py).
+CALL_FAILED_TOPIC = "hpcfutures-mpi-call-failed"
 #: Task states in which a member task has ended (its worker is done with it).
 MEMBER_ENDS = frozenset({"memory", "erred", "forgotten"})
 #: Worker states in which a worker may be granted: one that joined a moment ago is
@@ -217,12 +219,26 @@ async def reserve_ranks(client: Client, call: str, ranks: int, wait: float,
     return answer
 
 
-def follow_member_losses(client: Client, lost: Callable[[str, int | None], None]) -> None:
-    """Call ``lost(call, world_rank)`` when a worker dies under a running MPI task."""
+def follow_member_losses(client: Client, lost: Callable[[str, int | None], None],
+                         failed: Callable[[str, int, int, bytes], None]) -> None:
+    """Call ``lost(call, world_rank)`` when a worker dies under a running MPI task, and
+    ``failed(group, index, member, pickled error)`` when a call raised on a member."""
     def heard(event: tuple[float, dict[str, Any]]) -> None:
         lost(event[1]["call"], event[1]["world_rank"])
 
+    def told(event: tuple[float, dict[str, Any]]) -> None:
+        failed(event[1]["group"], event[1]["index"], event[1]["member"], event[1]["error"])
+
     client.subscribe_topic(MEMBER_LOST_TOPIC, heard)
+    client.subscribe_topic(CALL_FAILED_TOPIC, told)
+
+
+def tell_call_failed(group: str, index: int, member: int, error: bytes) -> None:
+    """On a member's worker: tell the client that call ``index`` of ``group`` raised here."""
+    from distributed import get_worker
+
+    get_worker().log_event(CALL_FAILED_TOPIC, {"group": group, "index": index,
+                                               "member": member, "error": error})
 
 
 async def release_ranks(client: Client, call: str) -> None:

@@ -127,18 +127,22 @@ class TaskBridge:
         self.wake()
         return future
 
-    def submit_mpi(self, task: MPITask, args: tuple, kwargs: dict) -> TaskFuture:
-        """One MPI task: never bundled, started on the loop thread (see mpicalls.py)."""
-        future = TaskFuture()
+    def submit_mpi(self, task: MPITask, calls: list[tuple[tuple, dict]], least: int = 1,
+                   lanes: int = 1) -> list[TaskFuture]:
+        """MPI tasks (one call per ``(args, kwargs)``), never bundled with ordinary calls:
+        consecutive calls share a reservation, ``least`` at least, ``lanes`` groups
+        at once (see mpicalls.py)."""
+        futures = [TaskFuture() for _ in calls]
         with self._lock:
             if self._broken is not None:
                 raise self._broken
-            self._outstanding.add(future)
-        future.add_done_callback(self._on_done)
-        if self._tally is not None:
-            future.add_done_callback(self._tally.future_done)
-        self._loop.call_soon(self._mpi_calls.start, future, task, args, kwargs)
-        return future
+            self._outstanding.update(futures)
+        for future in futures:
+            future.add_done_callback(self._on_done)
+            if self._tally is not None:
+                future.add_done_callback(self._tally.future_done)
+        self._loop.call_soon(self._mpi_calls.start, futures, task, calls, least, lanes)
+        return futures
 
     def send_chunk(self, fn: Callable[..., Any], chunk: list[tuple],
                    depends: bool) -> TaskFuture:

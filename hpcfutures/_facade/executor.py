@@ -28,7 +28,8 @@ from .closing import Closer, exit_status_for, interpreter_exiting
 from .draining import Drain
 from .journal import Journal, journal_name, open_journal, resumed_results
 from .mapping import MapRun
-from .mpitask import MPITask, check_launch
+from .mpilanes import lanes
+from .mpitask import MPITask, check_launch, results_in_order
 from .progress import open_bar, progress_mode
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
@@ -267,7 +268,7 @@ class Executor(cf.Executor):
             refuse_foreign_futures(args, kwargs)
             if isinstance(fn, MPITask):  # one call over several ranks (mpicalls.py)
                 check_launch(self._session, fn.ranks)
-                return bridge.submit_mpi(fn, args, kwargs)
+                return bridge.submit_mpi(fn, [(args, kwargs)])[0]
             journal = self._journal_now()
             if journal is not None:
                 return journal.submit(bridge, fn, args, kwargs)
@@ -293,7 +294,7 @@ class Executor(cf.Executor):
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if isinstance(fn, MPITask):  # each item its own call over several ranks
-            return super().map(fn, *iterables, timeout=timeout)
+            return self._mpi_map(fn, iterables, timeout, chunksize)
         mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
         items = _argument_tuples(iterables)
@@ -307,6 +308,25 @@ class Executor(cf.Executor):
             run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
             self._closer.map_runs.add(run)
         return run.results(end_time)
+
+    def _mpi_map(self, task: MPITask, iterables: tuple[Iterable[Any], ...],
+                 timeout: float | None, chunksize: int) -> Iterator[Any]:
+        """``map`` of an MPI task: each item its own call; consecutive calls share a
+        reservation of ranks (``chunksize`` calls at least, more once their pace is
+        known: see mpicalls.py)."""
+        end_time = None if timeout is None else timeout + time.monotonic()
+        items = _argument_tuples(iterables)
+        with self._lock:
+            bridge = self._usable_bridge()
+            if not items:  # nothing to refuse, as with each item submitted alone
+                return iter(())
+            for arguments in items:
+                refuse_foreign_futures(arguments, {})
+            workers = check_launch(self._session, task.ranks)
+            futures = bridge.submit_mpi(task, [(arguments, {}) for arguments in items],
+                                        least=chunksize,
+                                        lanes=lanes(len(items), task.ranks, workers))
+        return results_in_order(futures, end_time)
 
     def _journaled_map(self, journal: Journal, bridge: TaskBridge, fn: Callable[..., Any],
                        items: list[tuple[Any, ...]], chunksize: int, mode: str,

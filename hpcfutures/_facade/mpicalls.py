@@ -1,20 +1,25 @@
 """MPI tasks from the client's loop thread: reserve the ranks, run the members, release.
 
-One coroutine per call (loop thread only, like everything that touches the
-Dask client)::
+One coroutine per lane (loop thread only, like everything that touches the
+Dask client).  A ``submit`` is a queue of one call; a ``map`` a queue of its
+items, which its lanes take in groups of consecutive calls (:mod:`.mpilanes`),
+each group run on one reservation, call after call, so that the reservation,
+the member tasks and the fetch are paid once per group instead of per call::
 
     futures among the arguments: waited for, replaced by their values
     reserve: the scheduler grants `ranks` free workers at once (_dask/mpigroups.py),
              asked again every RESERVE_WAIT s while they are busy
-    future RUNNING (no longer cancellable)
-    one member task pinned to each reserved worker (_remote/mpitask.py);
-             they build the call's communicator among themselves
+    futures RUNNING (no longer cancellable; cancelled ones are left out)
+    one member task pinned to each reserved worker (_remote/mpitask.py): for
+             each call in turn, they build its own communicator among
+             themselves, call, and free it
     wait for every member's end (streamed by the scheduler: no round trip);
-             fetch member 0's value only; release the workers
-    future: member 0's value, or the first failing member's exception
+             fetch the members' outcomes; their end released the workers
+    each future: member 0's value, or the first failing member's exception
+             (told at once by an event, while the members go on)
 
-MPI tasks do not go through the batching engine: a call is never bundled
-with others, and each member is its own Dask task.
+MPI tasks do not go through the batching engine: their calls are never
+bundled with ordinary ones.
 
 A worker that dies while it runs a member leaves the other members waiting
 for it, inside MPI, where nothing can interrupt them.  MPI's own rule for a
@@ -33,12 +38,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
 from .._errors import RemoteTraceback
 from .._remote.calls import restore_traceback
-from .._remote.mpitask import raised_by_the_call, run_member
+from .._remote.mpitask import run_members
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
+from .mpilanes import CallQueue
 from .mpitask import MPITask
 
 __all__ = ["MPICalls", "member_failure"]
@@ -51,6 +59,8 @@ RESERVE_WAIT = 2.0
 #: Requests for ranks waiting on the scheduler at once (each holds a connection);
 #: the calls after them wait their turn here, in order.
 ASKING_AT_ONCE = 16
+#: Seconds after a member raised before a warning says that its group has not ended.
+STUCK_AFTER = 10.0
 
 
 class MPICalls:
@@ -71,40 +81,46 @@ class MPICalls:
         self._broken = broken
         self._break_executor = break_executor
         self._asking: asyncio.Semaphore | None = None
-        #: The calls whose members run now: call -> (task, world ranks).
-        self._running: dict[str, tuple[MPITask, list[int]]] = {}
-        #: The calls still asking for ranks, by future (withdrawn at once when cancelled).
-        self._asking_for: dict[TaskFuture, str] = {}
+        #: The groups whose members run now: group -> (task, world ranks, futures sent).
+        self._running: dict[str, tuple[MPITask, list[int], list[TaskFuture]]] = {}
+        #: The calls not yet given to a group, by future (a group asking for ranks for
+        #: them is withdrawn once all are cancelled).
+        self._asking_for: dict[TaskFuture, CallQueue] = {}
         self._following = False
 
-    def start(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
+    def start(self, futures: list[TaskFuture], task: MPITask,
+              calls: list[tuple[tuple, dict]], least: int = 1, lanes: int = 1) -> None:
+        """Run ``calls`` (each ``(args, kwargs)``, its future at the same place), in groups
+        of at least ``least`` consecutive calls, ``lanes`` groups at once."""
         if not self._following:  # on the loop thread, as the Dask client wants
             from .. import _dask
 
-            _dask.follow_member_losses(self._client, self._member_lost)
+            _dask.follow_member_losses(self._client, self._member_lost, self._call_failed)
             self._following = True
-        self._in_background(self._run(future, task, args, kwargs))
+        self._in_background(self._run(futures, task, calls, least, lanes))
 
     def asking(self, future: TaskFuture) -> bool:
-        """Whether ``future``'s call is asking the scheduler for ranks (any thread)."""
+        """Whether ``future``'s call waits for a group (any thread)."""
         return future in self._asking_for
 
     def cancelled(self, future: TaskFuture) -> None:
-        """The user cancelled ``future``: withdraw its request now, so that it does not
-        hold up the calls behind it (loop thread)."""
+        """The user cancelled ``future``: once no call of its queue is left, withdraw the
+        requests for ranks now, so that they do not hold up the calls behind them (loop
+        thread)."""
         from .. import _dask
 
-        call = self._asking_for.pop(future, None)
-        if call is not None:
-            self._in_background(_quietly(_dask.release_ranks(self._client, call)))
+        queue = self._asking_for.pop(future, None)
+        if queue is not None and not queue.left():
+            for group in queue.asking:
+                self._in_background(_quietly(_dask.release_ranks(self._client, group)))
 
-    def _member_lost(self, call: str, world_rank: int | None) -> None:
+    def _member_lost(self, group: str, world_rank: int | None) -> None:
         """A worker died under a running call: end the MPI job (see the module's doc)."""
         from ..launchers import _mpi
 
-        if call not in self._running:
+        if group not in self._running:
             return
-        task, world_ranks = self._running.pop(call)
+        task, world_ranks, _ = self._running.pop(group)
         member = world_ranks.index(world_rank) if world_rank in world_ranks else "?"
         name = getattr(task.fn, "__qualname__", repr(task.fn))
         where = f"MPI world rank {world_rank}" if world_rank is not None else "a worker"
@@ -115,80 +131,139 @@ class MPICalls:
             "ends (MPI_Abort)")
         _mpi.abort(1)
 
-    async def _run(self, future: TaskFuture, task: MPITask, args: tuple, kwargs: dict) -> None:
+    def _call_failed(self, group: str, index: int, member: int, packed: bytes) -> None:
+        """A member told at once that a call raised on it: that call's error, now."""
+        entry = self._running.get(group)
+        if entry is None or not 0 <= index < len(entry[2]):
+            return
+        task, world_ranks, futures = entry
+        if futures[index].done():
+            return
+        try:
+            error = cloudpickle.loads(packed)
+        except Exception:  # the group's outcome brings it, once the members end
+            return
+        outcomes: list[Any] = [None] * (len(world_ranks) + 1)
+        outcomes[member + 1] = error
+        settle(futures[index], exception=member_failure(task, world_ranks, outcomes))
+        asyncio.get_running_loop().call_later(STUCK_AFTER, self._still_running, group, member)
+
+    def _still_running(self, group: str, member: int) -> None:
+        """Warn if the group in which a member raised has not ended since."""
+        if group not in self._running:
+            return
+        task = self._running[group][0]
+        logger.warning(
+            "member rank %d of MPI task %r raised %g s ago and the members are not done "
+            "yet: if the others wait for it inside MPI they never end, their worker ranks "
+            "stay reserved, and the launch ends with MPI_Abort after its timeout",
+            member, getattr(task.fn, "__qualname__", group), STUCK_AFTER)
+
+    async def _run(self, futures: list[TaskFuture], task: MPITask,
+                   calls: list[tuple[tuple, dict]], least: int, lanes: int) -> None:
+        ready = await _resolved_calls(futures, calls)
+        queue = CallQueue(task, ready, least, max(1, min(lanes, len(ready))))
+        self._asking_for.update((future, queue) for future, _ in ready)
+        try:
+            await asyncio.gather(*(self._lane(queue) for _ in range(queue.lanes)))
+        finally:
+            for future, _ in ready:
+                self._asking_for.pop(future, None)
+
+    async def _lane(self, queue: CallQueue) -> None:
+        """Groups of the queue's calls, one after another, until none is left."""
+        while queue.left() and self._broken() is None:
+            if not await self._group(queue):
+                return
+
+    async def _group(self, queue: CallQueue) -> bool:
+        """Reserve ranks, take the next calls, run them; False: nothing more to do here."""
         from .. import _dask
 
-        name = getattr(task.fn, "__name__", "mpi_task")
-        call = f"mpi-{name}-{uuid.uuid4().hex}"
-        keys = [f"{call}-{member}" for member in range(task.ranks)]
-        release = False  # once asked for: unless every member ran (its end frees them)
+        task = queue.task
+        group = f"mpi-{getattr(task.fn, '__name__', 'mpi_task')}-{uuid.uuid4().hex}"
+        keys = [f"{group}-{member}" for member in range(task.ranks)]
+        release = True  # unless every member ran (their end frees the ranks)
+        taken: list[tuple[TaskFuture, tuple[tuple, dict]]] = []
         try:
-            args, kwargs = await _resolved(args, kwargs)
-            release = True
-            grant = await self._reserve(future, call, task.ranks, keys)
-            if grant is None or not _start(future):
-                return
-            self._running[call] = (task, list(grant["world_ranks"]))
-            outcomes = await self._members(task, grant, keys, args, kwargs)
+            grant = await self._reserve(queue, group, keys)
+            taken = queue.take() if grant is not None else []
+            for future, _ in taken:
+                self._asking_for.pop(future, None)
+            if grant is None or not taken:
+                return False
+            sent = [future for future, _ in taken]
+            self._running[group] = (task, list(grant["world_ranks"]), sent)
+            outcomes = await self._members(task, grant, keys, [call for _, call in taken])
             release = False
         except Exception as err:
-            settle(future, exception=err)
-            return
+            for future, _ in [*taken, *queue.pending]:
+                if not future.done():
+                    settle(future, exception=err)
+            return False
         finally:
-            self._running.pop(call, None)
+            self._running.pop(group, None)
             if release:
-                self._in_background(_quietly(_dask.release_ranks(self._client, call)))
-        failed = member_failure(task, grant["world_ranks"], outcomes)
-        if failed is not None:
-            settle(future, exception=failed)
-        else:
-            settle(future, outcomes[0])
+                self._in_background(_quietly(_dask.release_ranks(self._client, group)))
+        queue.measured(outcomes[0])
+        for index, future in enumerate(sent):
+            if future.done():  # told at once (_call_failed), or failed by a broken executor
+                continue
+            per_call = _call_outcomes(outcomes, index)
+            failed = member_failure(task, grant["world_ranks"], per_call)
+            if failed is not None:
+                settle(future, exception=failed)
+            else:
+                settle(future, per_call[0])
+        return True
 
-    async def _reserve(self, future: TaskFuture, call: str, ranks: int,
-                       keys: list[str]) -> dict | None:
-        """The scheduler's grant; None once the call was cancelled or the executor broke."""
+    async def _reserve(self, queue: CallQueue, group: str, keys: list[str]) -> dict | None:
+        """The scheduler's grant; None once no call is left or the executor broke."""
         from .. import _dask
 
         if self._asking is None:  # made on the loop thread
             self._asking = asyncio.Semaphore(ASKING_AT_ONCE)
         async with self._asking:
-            self._asking_for[future] = call
+            queue.asking.add(group)
             try:
-                while not future.done() and self._broken() is None:
-                    answer = await _dask.reserve_ranks(self._client, call, ranks,
+                while queue.left() and self._broken() is None:
+                    answer = await _dask.reserve_ranks(self._client, group, queue.task.ranks,
                                                        RESERVE_WAIT, keys)
                     if "error" in answer:
                         raise RuntimeError(answer["error"])
                     if "workers" in answer:
                         return answer
             finally:
-                self._asking_for.pop(future, None)
+                queue.asking.discard(group)
         return None
 
-    async def _members(self, task: MPITask, grant: dict, keys: list[str], args: tuple,
-                       kwargs: dict) -> list[Any]:
-        """Run the members; member 0's value, then the others' exceptions (None: fine)."""
+    async def _members(self, task: MPITask, grant: dict, keys: list[str],
+                       calls: list[tuple[tuple, dict]]) -> list[Any]:
+        """Run the members: each one's outcome (a BundleOutcome), or the exception its
+        task ended with (its worker lost, or no MPI there)."""
         world_ranks = tuple(grant["world_ranks"])
+        group = keys[0].rpartition("-")[0]
         members = []
         for index, address in enumerate(grant["workers"]):
-            # The end-of-run summary counts one call, member 0's (see sending.py).
-            with _counted_as(1 if index == 0 else 0):
+            # The end-of-run summary counts the calls on member 0's task (see sending.py).
+            with _counted_as(len(calls) if index == 0 else 0):
                 members.append(self._client.submit(
-                    run_member, task.fn, args, kwargs, world_ranks, grant["tag"], index,
+                    run_members, task.fn, calls, world_ranks, grant["tag"], index, group,
                     key=keys[index], workers=[address], allow_other_workers=False,
                     pure=False))
-        errors = await self._first_failure(members)
+        errors = await self._first_failure(group, members)
         if any(error is not None for error in errors):
-            return [None, *errors]
-        return [await members[0].result(), *errors]
+            return errors
+        return list(await self._client.gather(members))
 
-    async def _first_failure(self, members: list[Any]) -> list[BaseException | None]:
-        """Each member's exception (None: fine), as soon as all ended or one failed.
+    async def _first_failure(self, group: str,
+                             members: list[Any]) -> list[BaseException | None]:
+        """Each member task's exception (None: fine), as soon as all ended or one failed.
 
-        The others may wait for a failed member inside MPI forever: its error is
-        the call's at once, and they keep their workers reserved until they end.
-        A failure that is no exception of the call's function (the member's
-        worker was lost) while others still run ends the job, as a death does.
+        A member's task fails only when its worker was lost (or has no MPI):
+        the calls' own exceptions are in its outcome.  If the others still
+        run then, they may wait for it inside MPI forever: that ends the job,
+        as a death does.
         """
         waiting = {asyncio.ensure_future(member.exception()): index
                    for index, member in enumerate(members)}
@@ -201,20 +276,10 @@ class MPICalls:
         finally:
             for left in waiting:
                 left.cancel()
-        lost = [index for index, error in enumerate(errors)
-                if error is not None and not raised_by_the_call(error)]
-        call = str(members[0].key).rpartition("-")[0]
-        task, world_ranks = self._running.get(call, (None, []))
-        if lost and waiting:
-            self._member_lost(call, world_ranks[lost[0]] if world_ranks else None)
-        elif waiting:
+        if waiting:
+            _, world_ranks, _ = self._running.get(group, (None, [], []))
             failed = next(index for index, error in enumerate(errors) if error is not None)
-            logger.warning(
-                "member rank %d of MPI task %r raised while %d other member(s) still run: "
-                "if they wait for it inside MPI they never end, their worker ranks stay "
-                "reserved, and the launch ends with MPI_Abort after its timeout",
-                failed, getattr(getattr(task, "fn", None), "__qualname__", call),
-                len(waiting))
+            self._member_lost(group, world_ranks[failed] if world_ranks else None)
         return errors
 
 
@@ -227,12 +292,34 @@ def _counted_as(calls: int) -> contextlib.AbstractContextManager:
     return dask.annotate(**{CALLS_ANNOTATION: calls})
 
 
-def _start(future: TaskFuture) -> bool:
-    """Mark the call RUNNING; False if it was cancelled (or settled) meanwhile."""
-    try:
-        return future.set_running_or_notify_cancel()
-    except RuntimeError:
-        return False
+async def _resolved_calls(futures: list[TaskFuture], calls: list[tuple[tuple, dict]]
+                          ) -> list[tuple[TaskFuture, tuple[tuple, dict]]]:
+    """Each call with its arguments resolved; a call whose argument failed gets that error."""
+    ready = []
+    for future, (args, kwargs) in zip(futures, calls, strict=True):
+        try:
+            ready.append((future, await _resolved(args, kwargs)))
+        except Exception as err:
+            settle(future, exception=err)
+    return ready
+
+
+def _call_outcomes(outcomes: list[Any], index: int) -> list[Any]:
+    """Call ``index``'s: member 0's value, then each member's exception (None: fine).
+
+    ``outcomes``: each member's BundleOutcome, or the exception its task
+    ended with (then that is every call's error).
+    """
+    per_call: list[Any] = [None]
+    for member, outcome in enumerate(outcomes):
+        if outcome is None or isinstance(outcome, BaseException):
+            per_call.append(outcome)
+            continue
+        ok, value = outcome.results[index]
+        if member == 0 and ok:
+            per_call[0] = value
+        per_call.append(None if ok else value)
+    return per_call
 
 
 async def _resolved(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

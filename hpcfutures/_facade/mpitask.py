@@ -9,12 +9,14 @@ world, and enough worker ranks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import concurrent.futures as cf
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._errors import LauncherError
 
-__all__ = ["MPITask", "check_launch", "mpi_task"]
+__all__ = ["MPITask", "check_launch", "mpi_task", "results_in_order"]
 
 
 class MPITask:
@@ -84,8 +86,8 @@ def mpi_task(fn: Callable[..., Any], ranks: int) -> MPITask:
     return MPITask(fn, ranks)
 
 
-def check_launch(session: Any, ranks: int) -> None:
-    """Refuse, at ``submit``, an MPI task this launch cannot run.
+def check_launch(session: Any, ranks: int) -> int:
+    """Refuse, at ``submit``, an MPI task this launch cannot run; else its worker ranks.
 
     ``LauncherError`` where there is no MPI world of worker ranks (the laptop,
     ``hpcfutures run``, ``srun`` without ``--mpi``, a client from outside),
@@ -109,3 +111,23 @@ def check_launch(session: Any, ranks: int) -> None:
             f"the MPI task asks for {ranks} ranks, but this launch has only {workers} worker "
             f"rank(s) ({plan.identity.size} processes, less the scheduler and the client): "
             f"ask for at most {workers}, or start more processes")
+    return int(workers)
+
+
+def results_in_order(futures: Sequence[cf.Future], end_time: float | None) -> Iterator[Any]:
+    """The results of ``futures`` in order, as ``Executor.map`` yields them.
+
+    ``TimeoutError`` once ``end_time`` (``time.monotonic()``) passes before a
+    result is ready; the futures not yet yielded are cancelled when the
+    iterator is closed or raises.
+    """
+    pending = list(reversed(futures))
+    try:
+        while pending:
+            future = pending[-1]
+            value = future.result(None if end_time is None else end_time - time.monotonic())
+            pending.pop()
+            yield value
+    finally:
+        for future in pending:
+            future.cancel()

@@ -1,27 +1,38 @@
-"""What runs on each member of an MPI task: build its communicator, call, free.
+"""What runs on each member of an MPI task: for each call, build its communicator, call, free.
 
-Every member worker of one call runs :func:`run_member` at about the same
-time (the scheduler reserved them together, see ``_dask/mpigroups.py``)::
+The members of one group of calls (one call from ``submit``, several
+consecutive items of a ``map``) run :func:`run_members` at about the same
+time, one per reserved worker (the scheduler reserved them together, see
+``_dask/mpigroups.py``)::
 
-    member i:  communicator of the call's world ranks (MPI_Comm_create_group,
-               only the members take part) -> fn(comm, *args, **kwargs)
-               -> free the communicator -> value, or the exception raised
+    member i, once: wait for the others without spinning (meet)
+    then for each call of the group, in order:
+        a new communicator of the group's world ranks (MPI_Comm_create_group,
+        only the members take part) -> fn(comm, *args, **kwargs)
+        -> free the communicator -> value, or the exception raised
+    -> the outcomes of every call (a BundleOutcome)
 
-Only member 0's value is fetched by the client (the call's result); the
-others return ``None``.  A member's exception is the Dask task's error, its
-traceback headed by this worker's rank and host (see :mod:`.calls`); Dask
-streams it to the client with the task's end, which then names the member.
+No communicator outlives its call.  Only member 0's values travel (the
+calls' results); the others keep just their exceptions.  A call that raises
+on a member of a group of several is told to the client at once (an event),
+before the member goes on with the group's next call: the other members may
+wait for it inside MPI forever, and the user hears of the error anyway.
+Each exception's traceback is headed by this worker's rank and host (see
+:mod:`.calls`); the client names the member.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._support.mpi import group_communicator
-from .calls import _TRACEBACK_ATTR, run_task
+import cloudpickle
 
-__all__ = ["raised_by_the_call", "run_member"]
+from .._support.mpi import group_communicator, meet
+from .calls import _TRACEBACK_ATTR, BundleOutcome, run_task
+
+__all__ = ["raised_by_the_call", "run_members"]
 
 
 class _WithCommunicator:
@@ -38,14 +49,41 @@ class _WithCommunicator:
         return value if self.keep else None
 
 
-def run_member(fn: Callable[..., Any], args: tuple, kwargs: dict, world_ranks: Sequence[int],
-               tag: int, member: int) -> Any:
-    """Run member ``member`` of one MPI task; its value (None but on member 0)."""
-    comm = group_communicator(world_ranks, tag)
-    try:  # run_task refuses the call where the initializer failed, and annotates errors
-        return run_task(_WithCommunicator(fn, comm, member == 0), args, kwargs)
-    finally:
-        comm.Free()
+def run_members(fn: Callable[..., Any], calls: Sequence[tuple[tuple, dict]],
+                world_ranks: Sequence[int], tag: int, member: int, group: str) -> BundleOutcome:
+    """Run member ``member`` of each call of one group, in order.
+
+    ``calls`` holds each call's ``(args, kwargs)``; ``group`` names the group
+    in the event that tells the client of a call that raised here.
+    """
+    results: list = []
+    seconds: list = []
+    meet(world_ranks, tag)  # the members' tasks start at different times: wait gently
+    for index, (args, kwargs) in enumerate(calls):
+        started = time.perf_counter()
+        comm = group_communicator(world_ranks, tag)
+        try:  # run_task refuses the call where the initializer failed, and annotates errors
+            results.append((True, run_task(_WithCommunicator(fn, comm, member == 0),
+                                           args, kwargs)))
+        except Exception as err:
+            results.append((False, err))
+            if len(world_ranks) > 1:
+                _tell(group, index, member, err)
+        finally:
+            comm.Free()
+        seconds.append(time.perf_counter() - started)
+    return BundleOutcome(results, seconds)
+
+
+def _tell(group: str, index: int, member: int, error: BaseException) -> None:
+    """Tell the client now that call ``index`` of ``group`` raised on this member."""
+    from .. import _dask
+
+    try:
+        packed = cloudpickle.dumps(error)
+    except Exception:  # its outcome says why, once the group ends
+        return
+    _dask.tell_call_failed(group, index, member, packed)
 
 
 def raised_by_the_call(error: BaseException) -> bool:

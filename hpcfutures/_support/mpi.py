@@ -2,18 +2,24 @@
 
 The MPI launcher (:mod:`hpcfutures.launchers._mpi`) gets the module here to
 start MPI, broadcast the scheduler's address and finalize; a worker gets here
-the communicator of one MPI task's members (:mod:`hpcfutures._remote.mpitask`).
+the communicator of one MPI task's members, and waits here for the other
+members without spinning (:mod:`hpcfutures._remote.mpitask`).
 Nothing here initialises MPI at import time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import LauncherError
 
-__all__ = ["group_communicator", "mpi_module"]
+__all__ = ["group_communicator", "meet", "mpi_module"]
+
+#: Longest sleep between two looks while a member waits for the others to arrive.
+MEET_NAP = 0.001
 
 
 def mpi_module() -> Any:
@@ -52,3 +58,38 @@ def group_communicator(world_ranks: Sequence[int], tag: int) -> Any:
     finally:
         group.Free()
         whole.Free()
+
+
+def meet(world_ranks: Sequence[int], tag: int) -> None:
+    """Return once every rank of ``world_ranks`` has called this, without spinning.
+
+    MPI waits by polling flat out: a member that arrives first at a collective
+    would take a whole core from the ranks it waits for (the partner still
+    receiving its task, the scheduler sending it) on a node whose ranks share
+    cores.  Here the members check in with the first one by point-to-point
+    messages on ``COMM_WORLD`` (``tag`` keeps groups apart) and wait with
+    short naps; the collectives after it find everyone there.
+    """
+    world = mpi_module().COMM_WORLD
+    me, first = world.Get_rank(), world_ranks[0]
+    others = [rank for rank in world_ranks if rank != first]
+    if not others or me not in world_ranks:  # group_communicator says what is wrong
+        return
+    if me == first:
+        for rank in others:
+            _gently(functools.partial(world.Iprobe, source=rank, tag=tag))
+            world.recv(source=rank, tag=tag)
+        for rank in others:
+            _gently(world.isend(None, dest=rank, tag=tag).Test)
+    else:
+        _gently(world.isend(None, dest=first, tag=tag).Test)
+        _gently(functools.partial(world.Iprobe, source=first, tag=tag))
+        world.recv(source=first, tag=tag)
+
+
+def _gently(ready: Callable[[], Any]) -> None:
+    """Wait until ``ready()`` is true, napping longer and longer (up to MEET_NAP s)."""
+    nap = 1e-5
+    while not ready():
+        time.sleep(nap)
+        nap = min(MEET_NAP, nap * 2)

@@ -1,7 +1,9 @@
 """Every case of issue 20 in one launch of 8 ranks (mpiexec or srun --mpi=pmi2): 6 workers.
 
 Prints one CHECK line per case and MPI TASKS OK at the end.  With the argument
-``dies``, a member's process dies instead: the MPI job must end at once.
+``dies`` (under 6 ranks), a member raises while its partner waits for it forever
+(the error must come at once), then a member's process dies: the MPI job must
+end at once.
 """
 
 import os
@@ -44,6 +46,18 @@ def doubled(comm, x):
     return comm.allreduce(x)
 
 
+def fails_at_seven(comm, x):
+    if x == 7 and comm.rank == 1:
+        raise KeyError(f"item {x} fails on member one")
+    return x
+
+
+def fails_while_zero_waits(comm):
+    if comm.rank == 1:
+        raise KeyError("member one fails, member zero waits for it")
+    comm.Barrier()  # forever: only MPI's rule ends it
+
+
 def dies_on_one(comm):
     if comm.rank == 1:
         os._exit(3)  # the behaviour under test: a member's process dies mid-call
@@ -56,8 +70,16 @@ def check(name, condition, detail=""):
         sys.exit(1)
 
 
-if sys.argv[1:] == ["dies"]:
+if sys.argv[1:] == ["dies"]:  # under mpiexec -n 6: 4 workers
     with hpcfutures.Executor() as ex:
+        # the error comes at once though the other member waits for it forever
+        started = time.monotonic()
+        try:
+            ex.submit(hpcfutures.mpi_task(fails_while_zero_waits, ranks=2)).result(timeout=30)
+        except KeyError as err:
+            seconds = time.monotonic() - started
+            check("told at once", "member rank 1 of 2" in str(err.__cause__) and seconds < 10,
+                  f"{seconds:.2f} s")
         ex.submit(hpcfutures.mpi_task(dies_on_one, ranks=2)).result(timeout=60)
     sys.exit("the call whose member died returned")
 
@@ -81,11 +103,16 @@ with hpcfutures.Executor() as ex:
     # a call that waits for ranks can be cancelled, and holds up nobody after it
     holding = [ex.submit(pair, 1.0) for _ in range(2)]
     big = ex.submit(hpcfutures.mpi_task(total, ranks=6), 0)
+    waiting = ex.map(hpcfutures.mpi_task(total, ranks=6), range(3), timeout=0.2)
     time.sleep(0.2)
     cancelled = big.cancel()
+    try:  # the map's calls are cancelled when its iterator gives up
+        next(waiting)
+    except TimeoutError:
+        cancelled = cancelled and "map"
     started = time.monotonic()
     after = ex.submit(hpcfutures.mpi_task(total, ranks=6), 1).result(timeout=60)
-    check("cancel while waiting", cancelled and after[1] == 6,
+    check("cancel while waiting", cancelled == "map" and after[1] == 6,
           f"{time.monotonic() - started:.2f} s after the cancel")
     [f.result(timeout=60) for f in holding]
 
@@ -119,4 +146,20 @@ with hpcfutures.Executor() as ex:
     results = list(ex.map(hpcfutures.mpi_task(doubled, ranks=2), range(50), timeout=120))
     check("map of 50", results == [2 * i for i in range(50)],
           f"{time.monotonic() - started:.2f} s")
+
+    # one call of a map raises on one member: its error at its place; the calls run
+    # with it on the same reservation go on, and the group's ranks come free
+    seen = []
+    try:
+        for value in ex.map(hpcfutures.mpi_task(fails_at_seven, ranks=2), range(40),
+                            chunksize=20, timeout=60):
+            seen.append(value)
+    except KeyError as err:
+        cause = str(err.__cause__)
+        check("map item raises", seen == list(range(7)) and "member rank 1 of 2" in cause
+              and "item 7 fails on member one" in cause, (seen, cause))
+    else:
+        check("map item raises", False, "no KeyError")
+    results = list(ex.map(hpcfutures.mpi_task(doubled, ranks=6), range(3), timeout=60))
+    check("ranks free after it", results == [0, 6, 12], results)
     print("MPI TASKS OK", flush=True)
