@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -72,6 +73,48 @@ def test_a_task_may_use_a_multiprocessing_pool(launcher, launches):
     assert code == 0, launch
     assert "POOL RESULTS OK" in launch.out.rest(), launch
     assert "left the launch before the end" not in launch.err.rest(), launch
+
+
+_SIGNALLED_BEFORE_IT_RUNS = r"""
+import asyncio, os, signal, sys
+from multiprocessing import get_context
+
+from hpcfutures._support.loop import stop_on_signals
+
+# Registered before hpcfutures' own fork hooks, so it runs first in the child:
+# the child is signalled before it could undo the routing it inherited, as when
+# the kernel has not run it yet by the time its parent terminates it.
+os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))
+
+
+def nap():
+    import time
+    time.sleep(30)
+
+
+async def main():
+    heard = []
+    stop_on_signals(heard.append)
+    child = get_context("fork").Process(target=nap)
+    child.start()
+    await asyncio.get_running_loop().run_in_executor(None, child.join, 20)
+    await asyncio.sleep(0.3)  # time for a wake-up byte, had the child written one
+    print("CHILD", child.exitcode, "PARENT HEARD", heard, flush=True)
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_forked_child_signalled_before_it_runs_dies_and_its_parent_hears_nothing():
+    """A task's multiprocessing.Pool ended on a busy machine: its children got
+    SIGTERM before they ran a line.  Through the signal routing they inherited,
+    the parent rank took the signal as its own and stopped mid-map, and the
+    child, its handler a no-op, lived on and kept ``mpiexec`` from returning."""
+    result = subprocess.run([sys.executable, "-c", _SIGNALLED_BEFORE_IT_RUNS],
+                            capture_output=True, text=True, timeout=60)
+    assert f"CHILD {-signal.SIGTERM} PARENT HEARD []" in result.stdout, (
+        result.stdout, result.stderr)
 
 
 # ------------------------------------------------------ 4. a prompt end under MPI

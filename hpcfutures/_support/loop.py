@@ -129,10 +129,37 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
             _forget_in_forked_children()
 
 
+#: The routed signals, held back in a thread while it forks (see below).
+_ROUTED = (signal.SIGTERM, signal.SIGINT)
+#: Per forking thread: its signal mask before the fork.
+_MASKS_BEFORE_FORK: dict[int, set[signal.Signals]] = {}
+
+
 @functools.cache
 def _forget_in_forked_children() -> None:
-    """Once per process: forked children drop the routing (see below)."""
-    os.register_at_fork(after_in_child=_forget_the_loops_signals)
+    """Once per process: forked children drop the routing (see below).
+
+    The routed signals are blocked in the forking thread across the fork, so
+    that the child starts with them pending rather than delivered: a child
+    that the kernel had not even run yet when its parent signalled it (a
+    ``multiprocessing.Pool`` ended right after it started, on a busy machine)
+    would otherwise take the signal through the routing it inherited, before
+    it could undo it.  The parent rank would then stop as if signalled, and
+    the child, its handler a no-op, would outlive it, holding the launcher's
+    output pipe (``mpiexec`` never returned).
+    """
+    os.register_at_fork(before=_hold_routed_signals, after_in_parent=_release_routed_signals,
+                        after_in_child=_forget_the_loops_signals)
+
+
+def _hold_routed_signals() -> None:
+    _MASKS_BEFORE_FORK[threading.get_ident()] = signal.pthread_sigmask(signal.SIG_BLOCK, _ROUTED)
+
+
+def _release_routed_signals() -> None:
+    mask = _MASKS_BEFORE_FORK.pop(threading.get_ident(), None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _forget_the_loops_signals() -> None:
@@ -144,7 +171,10 @@ def _forget_the_loops_signals() -> None:
     would stop as if it had received the signal itself.  The child gets its
     own wake-up descriptor back (none) and the handlers from before the routing.
     """
-    with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to undo
-        signal.set_wakeup_fd(-1)
-        for signum, handler in _BEFORE_ROUTING.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    try:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to undo
+            signal.set_wakeup_fd(-1)
+            for signum, handler in _BEFORE_ROUTING.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    finally:
+        _release_routed_signals()  # a signal that came meanwhile is taken now, as it should be
