@@ -132,7 +132,7 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
 #: The routed signals, held back in a thread while it forks (see below).
 _ROUTED = (signal.SIGTERM, signal.SIGINT)
 #: Per forking thread: its signal mask before the fork.
-_MASKS_BEFORE_FORK: dict[int, set[signal.Signals]] = {}
+_MASKS_BEFORE_FORK: dict[int, set[int | signal.Signals]] = {}
 
 
 @functools.cache
