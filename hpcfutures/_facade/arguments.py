@@ -17,6 +17,8 @@ is left alone rather than walked forever.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
+import operator
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -87,9 +89,23 @@ def _rebuilt(container: Any, changes: dict) -> Any:
     return set(items) if isinstance(container, set) else items
 
 
+def _plain_rows(rows: tuple | list) -> bool:
+    """Whether ``rows`` holds tuples of plain values only: a ``map``'s argument tuples.
+
+    The check runs in C (a set of the values' classes), not in a loop of
+    Python code: a ``map`` of 100,000 items would otherwise spend a tenth of
+    a second here before its first chunk goes.
+    """
+    if not rows or set(map(type, rows)) != {tuple}:
+        return False
+    values = list(itertools.chain.from_iterable(rows))
+    classes = set(map(type, values)) | set(map(operator.attrgetter("__class__"), values))
+    return not any(issubclass(cls, _WORTH_A_LOOK) for cls in classes)
+
+
 def futures_in(args: tuple | list, kwargs: dict | None = None) -> list[cf.Future]:
     """Every future among ``args`` and the values of ``kwargs``, at any depth."""
-    if _plain(args) and (not kwargs or _plain(kwargs)):
+    if (_plain(args) or _plain_rows(args)) and (not kwargs or _plain(kwargs)):
         return []  # the usual case, without setting up a walk
     found: list[cf.Future] = []
 

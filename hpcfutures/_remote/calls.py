@@ -31,7 +31,7 @@ from .initializer import refuse_if_failed
 from .memory import explain
 
 __all__ = [
-    "BundleOutcome", "ChunkOutcome", "fail_with", "location", "pick", "restore_traceback",
+    "BundleOutcome", "ChunkOutcome", "Rows", "fail_with", "location", "pick", "restore_traceback",
     "run_bundle", "run_chunk", "run_chunk_task", "run_task", "set_location",
 ]
 
@@ -275,14 +275,34 @@ def run_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> ChunkOutcome:
     return ChunkOutcome(values, None, time.perf_counter() - started)
 
 
+class Rows:
+    """A ``map`` chunk's argument tuples, in a box Dask does not open.
+
+    Dask walks every list, tuple, set and dict among a task's arguments, on
+    the client and again on the scheduler, looking for its futures: some
+    microseconds per item, more than a trivial call costs to run.  A chunk
+    with no future inside travels in this box instead, pickled as its list.
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[tuple]) -> None:
+        self.items = items
+
+    def __reduce__(self) -> tuple[type[Rows], tuple[list[tuple]]]:
+        return Rows, (self.items,)
+
+
 def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOutcome:
-    """The Dask task of a ``map`` chunk: ``args`` is ``(chunk,)``.
+    """The Dask task of a ``map`` chunk: ``args`` is ``(chunk,)``, the list of
+    argument tuples, or :class:`Rows` around it.
 
     ``kwargs`` may hold ``then``: the error of the item after the chunk (a
     chunk cut short because that item killed its worker runs again without
     it, and ends with its error).
     """
-    outcome = run_chunk(fn, args[0])
+    chunk = args[0]
+    outcome = run_chunk(fn, chunk.items if isinstance(chunk, Rows) else chunk)
     then = kwargs.get("then")
     if outcome.error is None and then is not None:
         outcome.error = then
