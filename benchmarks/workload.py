@@ -79,7 +79,7 @@ class Sizes:
 
 
 QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000,
-              mpi_calls=20, mpi_launches=2, short_sleeps=200, large=2000)
+              mpi_calls=20, mpi_launches=2, short_sleeps=40, large=1000)
 
 
 def sizes_from_env(environ=os.environ) -> Sizes:
