@@ -19,7 +19,14 @@ Steps (``QUICK``-sized when ``BENCH_QUICK=1``):
 4. submit      ``[f.result() for f in [ex.submit(inc, i) for i in range(N)]]``;
    raw_submit  (Dask peers only) the same with ``client.submit`` and ``client.gather``;
 5. sleep       ``list(ex.map(sleep10ms, range(S)))``;
-6. payload     ``ex.submit(identity, payload).result()`` with a ``PAYLOAD_MIB`` bytes object.
+6. payload     ``ex.submit(identity, payload).result()`` with a ``PAYLOAD_MIB`` bytes object;
+7. short_sleep ``list(ex.map(sleep1ms, range(S1)))``: 1 ms calls, too short to send alone and
+               too long to send all at once (issue 21);
+8. large_map   ``list(ex.map(inc, range(L)))``, default arguments: hpcfutures only
+               (``large_default``), since it is where hpcfutures chooses the chunks itself;
+               the peers' unchunked map would take some 20 s here (one message per call);
+   large_map_chunked  the same with ``chunksize=64``, for every executor that heeds it.
+Both large maps count the median of :data:`LARGE_REPEATS` calls.
 
 MPI tasks (issue 20) have their own two jobs, each printing the same kind of line:
 ``mpi_calls`` is calls per second of a 2-rank call that does one ``allreduce`` and nothing
@@ -42,7 +49,7 @@ from typing import Any
 
 __all__ = ["Sizes", "identity", "inc", "mpi_noop", "report", "run_journal_workload",
            "run_mpi_calls", "run_mpiexec_per_call", "run_workload", "sizes_from_env",
-           "sleep10ms"]
+           "sleep1ms", "sleep10ms"]
 
 #: Prefix of the line the client prints with its measurements.
 BENCH_PREFIX = "BENCH "
@@ -52,6 +59,8 @@ QUICK_VAR = "BENCH_QUICK"
 CHUNKSIZE = 64
 #: The chunked map takes milliseconds: its figure is the median of this many calls.
 CHUNKED_REPEATS = 5
+#: The large maps take a fraction of a second each: median of this many calls.
+LARGE_REPEATS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +74,12 @@ class Sizes:
     journal_rerun: int = 100_000  # trivial calls found in the journal by a rerun
     mpi_calls: int = 200       # 2-rank MPI calls through hpcfutures.mpi_task
     mpi_launches: int = 10     # the same call, each its own mpiexec -n 2
+    short_sleeps: int = 2000   # 1 ms tasks
+    large: int = 100_000       # trivial calls in the large maps
 
 
 QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000,
-              mpi_calls=20, mpi_launches=2)
+              mpi_calls=20, mpi_launches=2, short_sleeps=40, large=1000)
 
 
 def sizes_from_env(environ=os.environ) -> Sizes:
@@ -83,6 +94,11 @@ def inc(x: int) -> int:
 
 def sleep10ms(x: int) -> int:
     time.sleep(0.01)
+    return x
+
+
+def sleep1ms(x: int) -> int:
+    time.sleep(0.001)
     return x
 
 
@@ -135,15 +151,15 @@ class Recorder:
         if not check(value):
             self.errors.append(f"{name}: wrong result")
             return
-        entry = {"seconds": seconds}
+        entry = {"seconds": seconds, "elapsed": sum(times)}
         if tasks:
             entry["tasks_per_s"] = tasks / seconds
         self.phases[name] = entry
 
 
 def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool = True,
-                 raw_client: Any = None) -> None:
-    """Run steps 1-6 on ``ex`` (already created; ``rec`` holds its ``t_executor`` mark)."""
+                 raw_client: Any = None, large_default: bool = False) -> None:
+    """Run steps 1-8 on ``ex`` (already created; ``rec`` holds its ``t_executor`` mark)."""
     rec.step("first_task", lambda: ex.submit(inc, 0).result(), lambda v: v == 1)
     rec.mark("ready")
     n = sizes.trivial
@@ -168,6 +184,17 @@ def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool =
     rec.step("sleep", lambda: list(ex.map(sleep10ms, range(s))), list(range(s)).__eq__)
     payload = os.urandom(sizes.payload_mib << 20)
     rec.step("payload", lambda: ex.submit(identity, payload).result(), payload.__eq__)
+    s1 = sizes.short_sleeps
+    rec.step("short_sleep", lambda: list(ex.map(sleep1ms, range(s1))), list(range(s1)).__eq__)
+    large = sizes.large
+    expected = list(range(1, large + 1))
+    if large_default:
+        rec.step("large_map", lambda: list(ex.map(inc, range(large))), expected.__eq__, large,
+                 repeats=LARGE_REPEATS)
+    if chunksize_supported:
+        rec.step("large_map_chunked",
+                 lambda: list(ex.map(inc, range(large), chunksize=CHUNKSIZE)),
+                 expected.__eq__, large, repeats=LARGE_REPEATS)
     rec.mark("last")
 
 

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import pickle
+import subprocess
+import sys
+from unittest import mock
 
 import pytest
 
 from hpcfutures._facade import batching
-from hpcfutures._facade.arguments import futures_in, refuse_foreign_futures, swap_futures
+from hpcfutures._facade.arguments import (
+    futures_in,
+    plain_rows,
+    refuse_foreign_futures,
+    swap_futures,
+)
 from hpcfutures._facade.batching import Batcher, Stream
 from hpcfutures._facade.bundles import SubmitStream
 from hpcfutures._facade.futures import TaskFuture
+from hpcfutures._remote.calls import Rows, run_chunk_task
 
 
 def square(x):
@@ -275,3 +285,49 @@ def test_a_foreign_future_is_refused_wherever_it_hides(where):
         refuse_foreign_futures(args, kwargs)
     args, kwargs = where(TaskFuture())
     refuse_foreign_futures(args, kwargs)  # this executor's own: fine
+
+
+# ------------------------------------------- a map's items on their way to Dask
+def test_plain_rows_sees_any_future_or_container_among_a_maps_items():
+    assert plain_rows([(1, "a", None, 2.5), (b"x", True, 3j, 4)]) and plain_rows([])
+    assert not plain_rows([(1,), (TaskFuture(),)])
+    assert not plain_rows([(1, [2])]) and not plain_rows([({"k": 1},)])
+    # isinstance() believes __class__: a stand-in for a future counts as one
+    assert not plain_rows([(mock.Mock(spec=cf.Future),)])
+
+
+@pytest.mark.parametrize("items", [
+    [(1,), (2,), (3,)],                  # one iterable: travels as bare values
+    [(1, 10), (2, 20)],                  # several: as tuples
+    [((1,),), ((2, 3),), ([4],)],        # one iterable whose items are tuples themselves
+])
+def test_a_boxed_chunk_runs_as_the_plain_list_would(items):
+    def call(*args):
+        return args
+
+    boxed = pickle.loads(pickle.dumps(Rows(list(items))))
+    assert boxed.spread is (len(items[0]) > 1)
+    assert (run_chunk_task(call, (boxed,), {}).values
+            == run_chunk_task(call, (items,), {}).values == [tuple(i) for i in items])
+
+
+def test_an_error_in_a_boxed_chunk_keeps_its_position():
+    outcome = run_chunk_task(lambda x: 1 // x, (pickle.loads(pickle.dumps(Rows(
+        [(1,), (0,), (2,)]))),), {})
+    assert outcome.values == [1] and isinstance(outcome.error, ZeroDivisionError)
+
+
+def test_the_exit_skips_the_garbage_collectors_walk_yet_finalizers_run():
+    """lighten_exit: a cycle's finalizer still runs at exit; what is left is frozen."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, flush=True))\n"
+        "from hpcfutures._facade.closing import lighten_exit\n"
+        "class Cycle:\n"
+        "    def __del__(self): print('finalized', flush=True)\n"
+        "c = Cycle(); c.me = c; del c\n"
+        "gc.disable()\n"
+        "lighten_exit()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["finalized", "frozen", "True"], done

@@ -16,7 +16,8 @@ from benchmarks import report, runners
 from benchmarks.workload import QUICK, Sizes
 
 HARNESS = ROOT / "benchmarks" / "run.py"
-FIGURES = {"ready", "map", "map_chunked", "submit", "sleep", "payload", "shutdown", "total"}
+FIGURES = {"ready", "map", "map_chunked", "submit", "sleep", "payload", "short_sleep",
+           "large_map_chunked", "shutdown", "total"}
 
 
 @pytest.mark.timeout(90)

@@ -16,5 +16,5 @@ from benchmarks.workload import Recorder, report, run_workload, sizes_from_env
 rec = Recorder()
 with hpcfutures.Executor(2) as ex:
     rec.mark("executor")
-    run_workload(ex, rec, sizes=sizes_from_env())
+    run_workload(ex, rec, sizes=sizes_from_env(), large_default=True)
     report(rec)

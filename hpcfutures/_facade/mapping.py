@@ -24,7 +24,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from .._remote.calls import ChunkOutcome, restore_traceback
-from .arguments import futures_in
+from .arguments import futures_in, plain_rows
 from .batching import Stream
 from .futures import TaskFuture
 from .progress import MapProgress
@@ -48,7 +48,8 @@ class MapRun(Stream):
         self._total = len(items)
         self._dispatched = 0
         #: Whether items hold this executor's futures (then each chunk is resolved).
-        self._depends = any(isinstance(f, TaskFuture) for f in futures_in(items))
+        self._depends = not plain_rows(items) and any(
+            isinstance(f, TaskFuture) for f in futures_in(items))
         self._in_flight: dict[Any, int] = {}
         self._outcomes: dict[int, ChunkOutcome] = {}
         self._cond = threading.Condition()

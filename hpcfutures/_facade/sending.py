@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import SerializationError
-from .._remote.calls import pick, run_bundle, run_chunk_task, run_task
+from .._remote.calls import Rows, pick, run_bundle, run_chunk_task, run_task
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
@@ -91,8 +91,10 @@ class Sender:
                 if resolved is None:
                     continue
                 args, kwargs = resolved
+            elif runner is run_chunk_task:  # no future inside: Dask need not look
+                args = (Rows(args[0]),)
             # One graph per runner; per call count too when counts are annotated.
-            calls = len(args[0]) if runner is run_chunk_task and self.count_calls else 1
+            calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
             name = getattr(fn, "__name__", "task")
             groups.setdefault((runner, calls), []).append(
                 (future, fn, args, kwargs, self._key(name)))
@@ -213,6 +215,10 @@ class Sender:
         if future.done():
             return future.result()  # failed before it was sent: raises its error
         raise _NotSentYet
+
+
+def _calls_in(chunk: list | Rows) -> int:
+    return len(chunk.items if isinstance(chunk, Rows) else chunk)
 
 
 def _submission_error(fn: Callable[..., Any], err: Exception) -> Exception:
