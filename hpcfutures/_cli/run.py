@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .._facade.closing import lighten_exit
 from .._support.config import resolve_option
 from .._support.logs import where_to_read
 from ..launchers._identity import client_rank, minimum_size
@@ -96,7 +95,6 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
     if not command:
         raise ValueError("no command given to run")
     environ = dict(os.environ if environ is None else environ)
-    lighten_exit(collect=False)  # this process ends with the launch: end it promptly
     launch_id = secrets.token_hex(6)
     # Before any copy starts: this may read Dask's configuration, which takes
     # long enough for a signal to arrive before the supervisor could forward it.

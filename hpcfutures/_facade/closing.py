@@ -19,16 +19,14 @@ reference to an executor can trigger its end.
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures as cf
-import gc
 import sys
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Closer", "exit_status_for", "interpreter_exiting", "lighten_exit"]
+__all__ = ["Closer", "exit_status_for", "interpreter_exiting"]
 
 _lock = threading.Lock()
 #: Closers of the executors not shut down yet (strong references: an executor
@@ -36,8 +34,6 @@ _lock = threading.Lock()
 _open: set[Closer] = set()
 _hook_installed = False
 _exiting = False
-_lightened = False
-_lighten_lock = threading.Lock()
 
 
 def exit_status_for(exc: BaseException | None) -> int:
@@ -75,35 +71,11 @@ def _install_hook() -> None:
         return
     register = getattr(threading, "_register_atexit", None)
     if register is None:  # pragma: no cover - CPython has it since 3.9
+        import atexit
+
         register = atexit.register
     register(_at_interpreter_exit)
-    lighten_exit()
     _hook_installed = True
-
-
-def lighten_exit(collect: bool = True) -> None:
-    """Spare the interpreter's last garbage collections the objects alive at exit.
-
-    Once Dask is imported, some 60,000 objects are alive, and the interpreter's
-    finalization (after every ``atexit`` function) walks them in several full
-    collections: 0.2 s, more than all the rest of a launch's end.  An ``atexit``
-    function collects the garbage once, as the interpreter would (finalizers
-    run as usual), then freezes what is left (``gc.freeze``): the later passes
-    skip it, and the process ends in a few milliseconds.  Called once per process
-    that runs an executor's client, and by ``hpcfutures run`` (``collect=False``:
-    that process runs none of the user's code, and leaves its garbage as it is).
-    """
-    global _lightened
-    with _lighten_lock:
-        if _lightened:
-            return
-        _lightened = True
-    atexit.register(_collect_then_freeze if collect else gc.freeze)
-
-
-def _collect_then_freeze() -> None:
-    gc.collect()
-    gc.freeze()
 
 
 class Closer:
