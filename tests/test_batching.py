@@ -11,8 +11,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import pickle
-import subprocess
-import sys
 from unittest import mock
 
 import pytest
@@ -316,18 +314,3 @@ def test_an_error_in_a_boxed_chunk_keeps_its_position():
         [(1,), (0,), (2,)]))),), {})
     assert outcome.values == [1] and isinstance(outcome.error, ZeroDivisionError)
 
-
-def test_the_exit_skips_the_garbage_collectors_walk_yet_finalizers_run():
-    """lighten_exit: a cycle's finalizer still runs at exit; what is left is frozen."""
-    code = (
-        "import atexit, gc, sys\n"
-        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, flush=True))\n"
-        "from hpcfutures._facade.closing import lighten_exit\n"
-        "class Cycle:\n"
-        "    def __del__(self): print('finalized', flush=True)\n"
-        "c = Cycle(); c.me = c; del c\n"
-        "gc.disable()\n"
-        "lighten_exit()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0 and done.stdout.split() == ["finalized", "frozen", "True"], done

@@ -13,8 +13,10 @@ where its log is.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import gc
 import os
 import secrets
 import shutil
@@ -95,6 +97,10 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
     if not command:
         raise ValueError("no command given to run")
     environ = dict(os.environ if environ is None else environ)
+    # This process ends with the launch and runs none of the user's code: at exit,
+    # spare its interpreter's last collections the 60,000 objects Dask's import left
+    # (0.1 s of every launch's end).  Never in the client: see benchmarks/README.md.
+    atexit.register(gc.freeze)
     launch_id = secrets.token_hex(6)
     # Before any copy starts: this may read Dask's configuration, which takes
     # long enough for a signal to arrive before the supervisor could forward it.
