@@ -6,6 +6,7 @@ Prints one CHECK line per case and MPI TASKS OK at the end.  With the argument
 end at once.
 """
 
+import concurrent.futures
 import os
 import sys
 import time
@@ -108,7 +109,7 @@ with hpcfutures.Executor() as ex:
     cancelled = big.cancel()
     try:  # the map's calls are cancelled when its iterator gives up
         next(waiting)
-    except TimeoutError:
+    except concurrent.futures.TimeoutError:  # not yet the built-in one on Python 3.10
         cancelled = cancelled and "map"
     started = time.monotonic()
     after = ex.submit(hpcfutures.mpi_task(total, ranks=6), 1).result(timeout=60)
