@@ -75,6 +75,18 @@ def test_a_task_may_use_a_multiprocessing_pool(launcher, launches):
     assert "left the launch before the end" not in launch.err.rest(), launch
 
 
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher", ["run", "mpiexec"], indirect=True)
+def test_a_process_a_call_left_running_ends_with_its_worker(launcher, launches):
+    """Under mpiexec a forgotten process holds the job's output pipes and the
+    launcher never returned; under hpcfutures run it outlived the launch."""
+    launch = launches(launcher, 3, "leftover_job.py")
+    pid = int(untagged(launch.out.wait_for("LEFT RUNNING", 90)).split()[2])
+    assert launch.finish(30) == 0, launch
+    assert not os.path.exists(f"/proc/{pid}"), f"process {pid} outlived the launch\n{launch}"
+
+
 _SIGNALLED_BEFORE_IT_RUNS = r"""
 import asyncio, os, signal, sys
 from multiprocessing import get_context

@@ -129,6 +129,10 @@ class Session:
 
     def _leave(self, plan: Plan, status: int) -> None:
         self.exit_status = status
+        if plan.role is Role.WORKER:
+            from .._remote.leftovers import end_leftover_processes
+
+            end_leftover_processes()
         if not self.settings.exit_when_done:
             return None
         plan.launcher.before_exit(plan.identity, status)

@@ -36,6 +36,9 @@ def main() -> None:
     who = f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}"
     status = run_until_complete(
         _dask.run_worker(config.pop("address"), who=who, security=security, **config))
+    from .._remote.leftovers import end_leftover_processes
+
+    end_leftover_processes()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if status is None else status)

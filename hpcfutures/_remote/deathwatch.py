@@ -56,7 +56,7 @@ from .watcher import EXIT_WORD, GOODBYE_WORD, HEAD, SLOT_SIZE, SLOTS
 
 __all__ = [
     "Slot", "finished", "function_name", "goodbye", "launcher_fds", "running",
-    "set_key_source", "start_watcher",
+    "set_key_source", "start_watcher", "watcher_pids",
 ]
 
 logger = logging.getLogger("hpcfutures")
@@ -283,6 +283,11 @@ def _exit_instead_of_dying() -> None:
 
 #: Keeps each watcher's Popen alive (its own end is the pipe's EOF, not a wait).
 _watchers: list[subprocess.Popen] = []
+
+
+def watcher_pids() -> set[int]:
+    """The process ids of this process's watchers (children that are ours, not a call's)."""
+    return {watcher.pid for watcher in _watchers}
 
 
 class _PipeFile:
