@@ -296,10 +296,10 @@ class LiveJob:
 
 
 def job_facts(job_id) -> dict[str, str]:
-    """JobState, ExitCode and JobId of a Slurm job, from ``scontrol show job``."""
+    """JobState, ExitCode, JobId and Restarts of a Slurm job, from ``scontrol show job``."""
     result = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
                             text=True, timeout=30)
-    return dict(re.findall(r"\b(JobState|ExitCode|JobId)=(\S+)", result.stdout))
+    return dict(re.findall(r"\b(JobState|ExitCode|JobId|Restarts)=(\S+)", result.stdout))
 
 
 class Batch:
