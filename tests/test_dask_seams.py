@@ -792,6 +792,9 @@ def test_ranks_are_reserved_together_kept_off_ordinary_tasks_and_never_released_
             with seam("Scheduler.idle / Scheduler.idle_task_count"):
                 assert not held & set(scheduler.idle), "a reserved worker stayed idle for Dask"
                 assert not {ws.address for ws in scheduler.idle_task_count} & held
+                for address in held:  # as Dask does on a heartbeat or a task's end
+                    scheduler.check_idle_saturated(scheduler.workers[address])
+                assert not held & set(scheduler.idle), "Dask's own check made it idle again"
             # an ordinary task goes to the one worker nobody holds
             plain = client.submit(nap, 0, key="plain-x1-1", pure=False)
             assert await plain == 0

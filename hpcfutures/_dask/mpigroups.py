@@ -88,6 +88,21 @@ class RankGroups:
         self.scheduler = scheduler
         scheduler.handlers[RESERVE_OP] = self._reserve
         scheduler.handlers[RELEASE_OP] = self._release
+        self._keep_held_workers_busy(scheduler)
+
+    def _keep_held_workers_busy(self, scheduler: Scheduler) -> None:
+        """Dask files a worker as idle again whenever it looks at it (a heartbeat, a
+        task of its ending): a held worker must stay out of the idle sets until its
+        call's members have run, or an ordinary task lands there first and a member
+        waits behind it (seen: a 2-rank call starting 1 s late, after a plain task)."""
+        recheck = scheduler.check_idle_saturated
+
+        def check_idle_saturated(ws: Any, *args: Any, **kwargs: Any) -> None:
+            recheck(ws, *args, **kwargs)
+            if ws.address in self.held:
+                self._keep_ordinary_tasks_off(ws.address)
+
+        scheduler.check_idle_saturated = check_idle_saturated  # type: ignore[method-assign]
 
     def holds(self, address: str) -> bool:
         """Whether a call holds the worker at ``address`` (it is not idle then)."""
@@ -169,8 +184,8 @@ class RankGroups:
     def _keep_ordinary_tasks_off(self, address: str) -> None:
         """Until its member task arrives, Dask would see a reserved worker as idle and
         give it the next ordinary task, which the member would then wait behind.
-        Out of the scheduler's idle sets, it gets ordinary tasks only when no worker
-        is idle (Dask puts it back once it has run a task)."""
+        Out of the scheduler's idle sets while held, it gets ordinary tasks only when
+        no worker is idle."""
         assert self.scheduler is not None
         ws = self.scheduler.workers[address]
         self.scheduler.idle.pop(address, None)
