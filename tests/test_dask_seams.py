@@ -799,13 +799,6 @@ def test_ranks_are_reserved_together_kept_off_ordinary_tasks_and_never_released_
             plain = client.submit(nap, 0, key="plain-x1-1", pure=False)
             assert await plain == 0
             assert not {ws.address for ws in scheduler.tasks["plain-x1-1"].who_has} & held
-            # Dask's objective, which places a task without dependencies over all workers
-            # (not from the idle sets), ranks a held worker after the others
-            with seam("Scheduler.worker_objective (decide_worker_non_rootish's ranking)"):
-                probe = scheduler.tasks["plain-x1-1"]
-                ranked = sorted(scheduler.workers.values(),
-                                key=lambda ws: scheduler.worker_objective(probe, ws))
-                assert {ws.address for ws in ranked[-2:]} == held, ranked
             # a second call for two waits (no part of a group is held meanwhile) ...
             waiting = asyncio.ensure_future(_dask.reserve_ranks(client, "call-b", 2, wait=5))
             await asyncio.sleep(0.3)

@@ -103,17 +103,6 @@ class RankGroups:
                 self._keep_ordinary_tasks_off(ws.address)
 
         scheduler.check_idle_saturated = check_idle_saturated  # type: ignore[method-assign]
-        # An ordinary task with no dependencies is not placed from the idle sets but on
-        # the worker that Dask's objective says starts it soonest, over all workers: a
-        # held worker, empty until its member arrives, would win.  Ranked after every
-        # other worker, it gets such a task only when it is the one choice left (a
-        # member task is pinned to its worker, so it is never ranked against others).
-        objective = scheduler.worker_objective
-
-        def worker_objective(ts: Any, ws: Any) -> tuple[Any, ...]:
-            return (ws.address in self.held, *objective(ts, ws))
-
-        scheduler.worker_objective = worker_objective  # type: ignore[method-assign]
 
     def holds(self, address: str) -> bool:
         """Whether a call holds the worker at ``address`` (it is not idle then)."""
