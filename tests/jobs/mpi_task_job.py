@@ -9,6 +9,7 @@ end at once.
 import concurrent.futures
 import os
 import sys
+import tempfile
 import time
 
 from mpi4py import MPI
@@ -31,8 +32,10 @@ def held(comm, seconds):
     return started, time.monotonic(), comm.allgather(MPI.COMM_WORLD.Get_rank())
 
 
-def busy(seconds):
+def busy(seconds, marker=None):
     started = time.monotonic()
+    if marker:
+        open(marker, "w").close()  # says it runs
     time.sleep(seconds)
     return started, time.monotonic()
 
@@ -90,10 +93,14 @@ with hpcfutures.Executor() as ex:
     check("allreduce", (value, size) == (0 + 1 + 2 + 3 + 4 * 10, 4), (value, size))
     check("distinct workers", len(set(ranks)) == 4 and not {0, 1} & set(ranks), ranks)
 
-    # two 2-rank calls and ordinary tasks at the same time
+    # two 2-rank calls granted, and run, while ordinary tasks run
     pair = hpcfutures.mpi_task(held, ranks=2)
+    markers = [os.path.join(tempfile.mkdtemp(), f"plain-{i}") for i in range(2)]
+    plain = [ex.submit(busy, 1.0, marker) for marker in markers]
+    deadline = time.monotonic() + 30
+    while not all(map(os.path.exists, markers)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polls the markers, with a deadline
     calls = [ex.submit(pair, 1.0) for _ in range(2)]
-    plain = [ex.submit(busy, 1.0) for _ in range(2)]
     spans = [f.result(timeout=60) for f in calls]
     spans_plain = [f.result(timeout=60) for f in plain]
     starts = [s[0] for s in spans + spans_plain]
