@@ -93,6 +93,11 @@ with hpcfutures.Executor() as ex:
     check("allreduce", (value, size) == (0 + 1 + 2 + 3 + 4 * 10, 4), (value, size))
     check("distinct workers", len(set(ranks)) == 4 and not {0, 1} & set(ranks), ranks)
 
+    # every worker rank in one call: this also waits until all six have joined, which
+    # the mixing check below needs (a late rank would leave a call a busy worker only)
+    value, size, ranks = ex.submit(hpcfutures.mpi_task(total, ranks=6), 0).result(timeout=60)
+    check("all six workers", (value, size) == (15, 6), (value, size, ranks))
+
     # two 2-rank calls granted, and run, while ordinary tasks run
     pair = hpcfutures.mpi_task(held, ranks=2)
     markers = [os.path.join(tempfile.mkdtemp(), f"plain-{i}") for i in range(2)]
