@@ -95,7 +95,10 @@ class RankGroups:
         task of its ending): a held worker must stay out of the idle sets until its
         call's members have run, or an ordinary task lands there first and a member
         waits behind it (seen: a 2-rank call starting 1 s late, after a plain task)."""
-        recheck = scheduler.check_idle_saturated
+        recheck = getattr(scheduler, "check_idle_saturated", None)
+        # None: a unit test's stand-in scheduler (tests/test_dask_seams.py pins Dask's own).
+        if recheck is None:
+            return
 
         def check_idle_saturated(ws: Any, *args: Any, **kwargs: Any) -> None:
             recheck(ws, *args, **kwargs)
