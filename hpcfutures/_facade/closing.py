@@ -36,6 +36,10 @@ _hook_installed = False
 _exiting = False
 
 
+#: The exit statuses of a client stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM.
+SIGNALLED_STATUSES = (130, 143)
+
+
 def exit_status_for(exc: BaseException | None) -> int:
     """The status the other ranks exit with when the client leaves with ``exc``."""
     if exc is None:
@@ -120,10 +124,14 @@ class Closer:
         if first:
             if cancel_futures:
                 self._cancel_waiting(abandon_maps)
-                if self._bridge is not None and self._bridge.stopped_by_signal:
+                if self._bridge is not None and (self._bridge.stopped_by_signal
+                                                 or status in SIGNALLED_STATUSES):
                     # SIGTERM or Ctrl-C reached every rank: the calls still running
                     # die with their workers, and the scheduler's going may not be
-                    # noticed before the end; waiting for them could only hang.
+                    # noticed before the end; waiting for them could only hang.  A
+                    # Ctrl-C (KeyboardInterrupt, 130) says so before the scheduler's
+                    # news of it arrives: waiting then held the client until the
+                    # launcher's grace ran out (10 s under hpcfutures run).
                     self._bridge.break_executor("the launch was stopped by a signal")
             if wait:
                 self._end(status)
