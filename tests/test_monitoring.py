@@ -212,6 +212,47 @@ def test_dask_noise_of_a_stopping_launch_is_dropped_and_real_trouble_kept():
                  "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
 
 
+def test_a_given_up_tls_connect_that_its_peer_then_closes_prints_no_traceback():
+    """Tornado before 6.6 raised CancelledError out of its own close here, and asyncio
+    printed the traceback (seen on a node whose link came back mid-launch)."""
+    import asyncio
+    import logging
+    import socket
+    import ssl
+
+    from tornado.iostream import IOStream
+
+    from hpcfutures._support.logs import quiet_dask_logging
+
+    quiet_dask_logging({})
+    reports: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            reports.append(record)
+
+    async def give_up_a_handshake_then_hear_the_peer_close() -> None:
+        ours, peer = socket.socketpair()
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        handshake = IOStream(ours).start_tls(False, context)
+        await asyncio.sleep(0)
+        handshake.cancel()
+        peer.close()
+        for _ in range(50):  # until the loop has read the peer's EOF and closed
+            await asyncio.sleep(0.01)
+        ours.close()
+
+    keep = Keep()
+    logging.getLogger("asyncio").addHandler(keep)
+    try:
+        asyncio.run(give_up_a_handshake_then_hear_the_peer_close())
+    finally:
+        logging.getLogger("asyncio").removeHandler(keep)
+    assert [r.getMessage() for r in reports] == []
+
+
 def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     import asyncio
 

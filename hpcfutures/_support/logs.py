@@ -9,6 +9,7 @@ warnings and errors only, without those duplicate reports;
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -62,6 +63,32 @@ class _DropDuplicateReport(logging.Filter):
         return not self.pattern.match(record.getMessage())
 
 
+class _DropTornadoCancelledHandshake(logging.Filter):
+    """Tornado before 6.6 raises out of its own close when a TLS connect was given up.
+
+    A connect that timed out (say, a worker calling a scheduler on a node whose link
+    is down) cancels the stream's handshake future; when the peer's reply arrives
+    later, tornado's ``IOStream._signal_closed`` calls ``exception()`` on that
+    cancelled future, and asyncio prints a traceback of the ``CancelledError``.
+    Nothing was lost: the connect had already failed and been retried or reported.
+    Tornado 6.6 catches the error itself; this filter does the same for older ones.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None or record.exc_info[0] is not asyncio.CancelledError:
+            return True
+        frame = record.exc_info[2]
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        if frame is None:
+            return True
+        code = frame.tb_frame.f_code
+        in_tornado_close = (code.co_name == "_signal_closed"
+                            and code.co_filename.replace("\\", "/").endswith(
+                                "tornado/iostream.py"))
+        return not in_tornado_close
+
+
 def quiet_dask_logging(environ=os.environ) -> None:
     """Apply hpcfutures' default level to Dask's loggers (idempotent)."""
     level = environ.get("HPCFUTURES_DASK_LOG_LEVEL", "WARNING").upper()
@@ -73,6 +100,9 @@ def quiet_dask_logging(environ=os.environ) -> None:
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropDuplicateReport) for f in target.filters):
             target.addFilter(_DropDuplicateReport(pattern))
+    loop_reports = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropTornadoCancelledHandshake) for f in loop_reports.filters):
+        loop_reports.addFilter(_DropTornadoCancelledHandshake())
 
 
 def quiet_for_shutdown() -> None:
