@@ -133,14 +133,14 @@ def test_a_forked_child_signalled_before_it_runs_dies_and_its_parent_hears_nothi
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("late", [0, 2, 5])  # every worker in time; joining as it ends; after
 def test_under_mpiexec_a_finished_launch_ends_promptly_after_the_client(late):
-    """Three runs each.  ``late``: rank 3 is held back that long before it registers
+    """Two runs each.  ``late``: rank 3 is held back that long before it registers
     (a Dask preload), so it is still joining, or not even trying yet, when the
     client is done: it must notice at once that the scheduler has gone."""
     require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
     env = {} if not late else {
         "DASK_DISTRIBUTED__WORKER__PRELOAD": f'["{JOBS / "slow_join.py"}"]',
         "HPCFUTURES_TEST_SLOW_RANK": "3", "HPCFUTURES_TEST_SLOW_JOIN": str(late)}
-    for _ in range(3):
+    for _ in range(2):
         launch = Launch("mpiexec", 4, "short_job.py", env=env)
         try:
             client_done = float(untagged(launch.out.wait_for("CLIENT DONE", 90)).split()[2])
@@ -185,11 +185,14 @@ STOPS = {  # how the user stops a launch, per launcher: (what, signal, to the gr
 def test_stopping_a_launch_mid_map_leaves_no_dask_cancellation_noise(launcher, stop, launches):
     what, signum, group = STOPS[launcher][stop]
     limit = what == "the time limit"
+    # The time limit: a minute (Slurm's smallest), and a drain that starts 45 s before
+    # its end rather than the default 30 s, so the test does not wait half a minute.
     launch = launches(launcher, 4, "long_map_job.py",
-                      env={"HPCFUTURES_SRUN_TIME": "1"} if limit else None)
+                      env={"HPCFUTURES_SRUN_TIME": "1", "HPCFUTURES_DRAIN_MARGIN": "45"}
+                      if limit else None)
     launch.out.wait_for("READY", 90)
     if limit:
-        pass  # the drain ends the map before the minute is up (the margin's floor is 30 s)
+        pass  # the drain ends the map some 15 s after the job started
     elif signum is None:
         subprocess.run(["scancel", "--name", launch.name], capture_output=True, timeout=30)
     elif group:
@@ -222,8 +225,19 @@ def stop(launch: Launch, signum: int) -> None:
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("source", ["endless", "slow"])
+# Each launcher gets both sources and both signals, in two launches rather than four:
+# what differs between launchers is how the signal reaches the client, and each pairing
+# of source and signal still meets two launchers (the suite's time budget).
+@pytest.mark.parametrize(("launcher", "source", "signum"), [
+    (launcher, source, signum)
+    for launcher, pairs in {
+        "laptop": [("endless", signal.SIGINT), ("slow", signal.SIGTERM)],
+        "run": [("endless", signal.SIGTERM), ("slow", signal.SIGINT)],
+        "srun": [("endless", signal.SIGINT), ("slow", signal.SIGTERM)],
+        "mpiexec": [("endless", signal.SIGTERM), ("slow", signal.SIGINT)],
+    }.items() for source, signum in pairs],
+    ids=lambda value: value.name if isinstance(value, signal.Signals) else str(value),
+    indirect=["launcher"])
 def test_a_signal_ends_a_map_while_it_reads_its_items(launcher, source, signum, launches):
     """``map(f, itertools.count())`` reads its items in C: the signal could land only
     in a garbage-collector callback, which dropped it (and the next SIGTERM was

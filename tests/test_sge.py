@@ -327,9 +327,9 @@ def test_mpiexec_in_a_parallel_environment_job_is_the_mpi_plugins(array):
     whole.finish()
 
 
-#: Items of 5 s on 2 one-thread workers (40 s of work) against h_rt=45 s and a 15 s
-#: drain margin: the first run gets through about half, the rerun does the rest.
-H_RT_ITEMS, H_RT_SECONDS = 16, 5.0
+#: Items of 3 s on 2 one-thread workers (21 s of work) against h_rt=45 s and a 30 s
+#: drain margin: the first run gets through most of them, the rerun does the rest.
+H_RT_ITEMS, H_RT_SECONDS = 14, 3.0
 
 
 @pytest.mark.timeout(240)
@@ -337,7 +337,7 @@ def test_an_h_rt_job_drains_exits_99_and_its_rerun_completes_every_item_once(arr
     """Grid Engine's h_rt: the run drains before the limit and exits 99 (requeue: the job
     is rescheduled, qsub -r y); the rerun (RESTARTED=1) resumes from the journal, and the
     job ends with status 0, every item computed once, the results of a plain run."""
-    job = array("h-rt", HPCFUTURES_DRAIN_MARGIN="15", HPCFUTURES_THREADS_PER_WORKER="1")
+    job = array("h-rt", HPCFUTURES_DRAIN_MARGIN="30", HPCFUTURES_THREADS_PER_WORKER="1")
     job.submit("-r", "y", "-l", "h_rt=0:0:45", "-pe", "smp", "2", "-b", "y", "-shell", "no",
                job.python, str(job.tree / "tests" / "jobs" / "requeue_job.py"), str(job.out),
                str(H_RT_ITEMS), str(H_RT_SECONDS))

@@ -90,7 +90,9 @@ def write_stale(path, launch_id, **fields) -> None:
 
 # ------------------------------------------------------- srun, in the foreground
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("n", [3, 4])
+# Four ranks (two workers); a single worker (three ranks) is tested under hpcfutures run,
+# where the roles are negotiated by the same code.
+@pytest.mark.parametrize("n", [4])
 def test_contract_suite_under_srun(n, env, tmp_path):
     job = srun(n, "tests/jobs/contract_job.py", env=env)
     assert contract_passed(job, launcher="srun" if n == 4 else None), job
