@@ -33,8 +33,8 @@ __all__ = [
     "Launch", "Lines", "LiveJob", "assert_no_leftovers", "child_pids", "closed_port",
     "contract_passed", "ending_launch", "ending_passed", "have_command", "have_mpi",
     "hpcfutures_run", "http_answers", "job_facts", "kill_marked", "listening",
-    "outsider_refused", "processes_with_marker", "rank_pid", "record_failure_time", "require",
-    "run_job", "slurm_is_up", "wait_until",
+    "outsider_refused", "outsiders_refused", "processes_with_marker", "rank_pid",
+    "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -365,10 +365,27 @@ def outsider_refused(address: str, credentials: str = "none", via: tuple[str, ..
     synchronous Dask client can block in its finaliser; ``via`` is a command
     that starts it elsewhere (``srun -w mn3 -n1``).
     """
-    done = subprocess.run([*via, sys.executable, "-c", _OUTSIDER, address, credentials],
-                          capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() in {"REFUSED", "CONNECTED"}, done
-    return done.stdout.strip() == "REFUSED"
+    return outsiders_refused([(address, credentials)], via)[0]
+
+
+def outsiders_refused(attempts: list[tuple[str, str]], via: tuple[str, ...] = ()) -> list[bool]:
+    """:func:`outsider_refused` for each (address, credentials), all at once: each attempt
+    is a process that imports Dask and may wait out its 3 s connect timeout."""
+    children = [subprocess.Popen([*via, sys.executable, "-c", _OUTSIDER, address, credentials],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for address, credentials in attempts]
+    refused = []
+    try:
+        for child in children:
+            out, err = child.communicate(timeout=60)
+            assert out.strip() in {"REFUSED", "CONNECTED"}, (child.args, out, err)
+            refused.append(out.strip() == "REFUSED")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return refused
 
 
 def listening(pids: list[int]) -> dict[int, list[tuple[str, int]]]:
