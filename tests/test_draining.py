@@ -327,10 +327,11 @@ def test_a_laptop_executor_drains_running_calls_finish_the_rest_fail_once(tmp_pa
 
 
 # ------------------------------------------------------ requeue, for real
-#: A map of 72 s of work (24 items of 3 s) on 2 workers of 2 threads: ~18 s of wall
+#: A map of 120 s of work (40 items of 3 s) on 2 workers of 2 threads: ~30 s of wall
 #: time, in a job of one minute (Slurm's smallest limit) drained 45 s before its end,
-#: so after ~10 s of work: it needs a second run, which does the last third or so.
-REQUEUE_ITEMS, REQUEUE_SECONDS = 24, 3.0
+#: so after ~10 s of work, with at most 8 calls then in flight (2 per thread): it needs
+#: a second run, which does a third or more.  (24 items once all ran in the first run.)
+REQUEUE_ITEMS, REQUEUE_SECONDS = 40, 3.0
 REQUEUE_MARGIN = "45"
 
 

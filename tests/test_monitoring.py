@@ -204,6 +204,9 @@ def test_dask_noise_of_a_stopping_launch_is_dropped_and_real_trouble_kept():
                      "CancelledError")
     assert shown("distributed.worker.state_machine",
                  "Unhandled exception in async instruction for <Task>")
+    assert not shown("distributed.worker", "failed during get data with %s -> %s",
+                     "tls://10.77.0.13:36579", None)
+    assert shown("distributed.worker", "Unexpected error in get_data")
     handshake = "Listener on %r: TLS handshake failed with remote %r: %s"
     assert not shown("distributed.comm.tcp", handshake, "tls://a:1", "tls://b:2",
                      "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of "

@@ -34,8 +34,11 @@ _DASK_LOGGERS = ("distributed", "tornado")
 #: to it: the scheduler removes it a moment later, and the client's own process
 #: reports why it ended (Dask logs only client comms with this message).
 _DUPLICATES = {
+    # "failed during get data": a worker that lost its node's network cannot send a
+    # result it holds; whoever asked hears of it and the scheduler recomputes it.
     "distributed.worker": re.compile(
-        "Compute Failed|Failed to communicate with scheduler during heartbeat"),
+        "Compute Failed|Failed to communicate with scheduler during heartbeat"
+        "|failed during get data with "),
     "distributed.scheduler": re.compile(
         r"Removing worker .* caused the cluster to lose already computed task"
         r"|Workers .* do not use a nanny and will be terminated without restarting"
