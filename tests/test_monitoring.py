@@ -215,6 +215,37 @@ def test_dask_noise_of_a_stopping_launch_is_dropped_and_real_trouble_kept():
                  "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
 
 
+def test_a_client_stopped_by_sigterm_silences_dask_but_still_says_why():
+    """Seen in CI: right after SIGTERM, a result the client was fetching from a closing
+    worker made Dask log a traceback ('Unexpected error while collecting tasks')."""
+    import logging
+    import signal
+    from types import SimpleNamespace
+
+    from hpcfutures._launch.client_side import ClientSide
+
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    names = ("distributed", "tornado")
+    before = {name: logging.getLogger(name).level for name in names}
+    keep = Keep(logging.WARNING)
+    logging.getLogger("hpcfutures").addHandler(keep)
+    try:
+        ClientSide._on_sigterm(SimpleNamespace(bridge=None), signal.SIGTERM)  # type: ignore[arg-type]
+        assert any("the client received SIGTERM" in line for line in said), said
+        assert not logging.getLogger("distributed.utils_comm").isEnabledFor(logging.ERROR)
+        assert not logging.getLogger("tornado.general").isEnabledFor(logging.ERROR)
+        assert logging.getLogger("hpcfutures").isEnabledFor(logging.WARNING)
+    finally:
+        logging.getLogger("hpcfutures").removeHandler(keep)
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
+
+
 def test_a_given_up_tls_connect_that_its_peer_then_closes_prints_no_traceback():
     """Tornado before 6.6 raised CancelledError out of its own close here, and asyncio
     printed the traceback (seen on a node whose link came back mid-launch)."""

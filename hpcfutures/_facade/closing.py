@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .._support.logs import quiet_for_shutdown
+
 __all__ = ["Closer", "exit_status_for", "interpreter_exiting"]
 
 _lock = threading.Lock()
@@ -132,6 +134,7 @@ class Closer:
                     # Ctrl-C (KeyboardInterrupt, 130) says so before the scheduler's
                     # news of it arrives: waiting then held the client until the
                     # launcher's grace ran out (10 s under hpcfutures run).
+                    quiet_for_shutdown()  # Dask's news of closing peers is only echo now
                     self._bridge.break_executor("the launch was stopped by a signal")
             if wait:
                 self._end(status)

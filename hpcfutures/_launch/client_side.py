@@ -25,7 +25,12 @@ from typing import Any, Protocol
 
 from .._errors import HPCFuturesError, StartupTimeoutError
 from .._support.config import Settings
-from .._support.logs import configure_rank_logging, quiet_dask_logging, where_to_read
+from .._support.logs import (
+    configure_rank_logging,
+    quiet_dask_logging,
+    quiet_for_shutdown,
+    where_to_read,
+)
 from .._support.loop import LoopThread
 from .._support.signals import StopSignals
 from ..launchers import SchedulerInfo
@@ -245,6 +250,9 @@ class ClientSide:
         # futures still fail, so nothing waits for them).
         if self.bridge is not None:
             self.bridge.stopped_by_signal = True
+        # From here on Dask's complaints (a result fetched from a worker that is
+        # closing, a connect cut mid-handshake) only echo the stop said below.
+        quiet_for_shutdown()
         # Say why the client stops: otherwise the user sees only an exit status.
         logger.warning("the client received %s (scancel, the job's time limit, or kill): "
                        "cancelling its tasks and ending the launch", signal.Signals(signum).name)
