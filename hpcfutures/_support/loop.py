@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from .logs import quiet_for_shutdown
+
 __all__ = ["LoopThread", "run_until_complete", "stop_on_signals"]
 
 T = TypeVar("T")
@@ -121,10 +123,17 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
     was doing.
     """
     loop = asyncio.get_running_loop()
+
+    def stop(signum: int) -> None:
+        # The launch is being stopped: what Dask says from now on about peers
+        # closing around this rank is only an echo of that.
+        quiet_for_shutdown()
+        callback(signum)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             previous = signal.getsignal(signum)
-            loop.add_signal_handler(signum, callback, signum)
+            loop.add_signal_handler(signum, stop, signum)
             _BEFORE_ROUTING.setdefault(signum, previous)
             _forget_in_forked_children()
 
