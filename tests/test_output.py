@@ -91,6 +91,35 @@ def test_a_failing_laptop_script_reads_top_down(tmp_path):
     assert verdict > err.rindex("ZeroDivisionError: division by zero"), err
 
 
+CAUGHT_SCRIPT = '''\
+import hpcfutures
+
+
+def fails(x):
+    return 1 / x
+
+
+if __name__ == "__main__":
+    try:
+        with hpcfutures.Executor(max_workers=1) as ex:
+            ex.submit(fails, 0).result()
+    except ZeroDivisionError:
+        print("CAUGHT")
+'''
+
+
+def test_a_laptop_script_that_catches_the_error_gets_no_verdict_at_exit(tmp_path):
+    """The held verdict is for a program that the error ends; one that caught it
+    goes on and ends well, and a line saying "the client failed" would be false."""
+    script = tmp_path / "job.py"
+    script.write_text(CAUGHT_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "CAUGHT" in done.stdout
+    assert "ending the launch" not in done.stderr, done.stderr
+
+
 TAGGED_SCRIPT = '''\
 import sys
 

@@ -374,7 +374,9 @@ def _verdict_after_traceback(hold: bool) -> Iterator[None]:
     The scheduler runs in the client's process there: it logs why the launch
     ends while the user's exception is still on its way out of the ``with``
     block, so its line would come before the traceback that explains it.  It
-    is logged at interpreter exit instead, after Python printed the traceback.
+    is logged at interpreter exit instead, after Python printed the traceback,
+    and only if the exception did end the program: a script (or a notebook, a
+    test run) that caught it carries on, and the line would then be false news.
     """
     if not hold:
         yield
@@ -390,6 +392,9 @@ def _verdict_after_traceback(hold: bool) -> Iterator[None]:
 
 
 def _log_records(records: list[logging.LogRecord]) -> None:
+    # Python sets sys.last_value when it prints an uncaught exception at exit.
+    if getattr(sys, "last_value", None) is None:
+        return
     for record in records:
         logger.handle(record)
 
