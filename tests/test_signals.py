@@ -8,6 +8,7 @@ signal there on purpose, as ``map(f, itertools.count())`` did by chance.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -151,3 +152,53 @@ def test_a_sigterm_reaching_a_left_over_handler_acts_as_the_default():
                           timeout=30)
     assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
     assert "still alive" not in done.stdout
+
+
+#: A helper process whose start-up is still under way when Ctrl-C comes: it reads a
+#: line before it ignores Ctrl-C, as a watcher still importing would.
+_SLOW_STARTING_HELPER = textwrap.dedent("""\
+    import sys
+    sys.stdin.readline()
+    from hpcfutures._support.signals import ignore_ctrl_c
+    ignore_ctrl_c()
+    print("alive", flush=True)
+    sys.stdin.readline()  # a Ctrl-C now is ignored as well
+    print("still alive", flush=True)
+""")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("deaf", [True, False], ids=["held-back", "unprotected"])
+def test_a_helper_process_survives_a_ctrl_c_that_comes_while_it_starts(deaf):
+    """Seen under srun: a worker's watcher, started as Ctrl-C reached the job, died in
+    its interpreter's start-up with "Fatal Python error" and a traceback.  Started
+    with Ctrl-C held back, it lives and says nothing; the control run shows the
+    fault is real."""
+    from hpcfutures._support.signals import children_start_deaf_to_ctrl_c
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    holder = children_start_deaf_to_ctrl_c() if deaf else contextlib.nullcontext()
+    with holder:
+        helper = subprocess.Popen([sys.executable, "-c", _SLOW_STARTING_HELPER],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": root})
+    try:
+        helper.send_signal(signal.SIGINT)  # still in its start-up
+        assert helper.stdin is not None
+        out, err = helper.communicate("go\n", timeout=30) if not deaf else ("", "")
+        if deaf:
+            helper.stdin.write("go\n")
+            helper.stdin.flush()
+            assert helper.stdout is not None
+            assert helper.stdout.readline() == "alive\n"
+            helper.send_signal(signal.SIGINT)
+            out, err = helper.communicate("go\n", timeout=30)
+            assert out == "still alive\n" and helper.returncode == 0, (out, err)
+            assert err == "", err
+        else:
+            assert helper.returncode != 0 and "alive" not in out, (out, err)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+            helper.wait()

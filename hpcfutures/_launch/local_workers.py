@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from .._support.signals import children_start_deaf_to_ctrl_c
+
 __all__ = ["LocalWorkers", "join_options"]
 
 logger = logging.getLogger("hpcfutures")
@@ -52,11 +54,12 @@ class LocalWorkers:
         self._told: set[int] = set()
 
     def spawn(self) -> LocalWorkers:
-        for _ in range(self.count):
-            self.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "hpcfutures._launch.worker_process"],
-                stdin=subprocess.PIPE,
-            ))
+        with children_start_deaf_to_ctrl_c():  # a Ctrl-C now is the parent's to handle
+            for _ in range(self.count):
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "hpcfutures._launch.worker_process"],
+                    stdin=subprocess.PIPE,
+                ))
         return self
 
     def connect(self, config: dict) -> None:

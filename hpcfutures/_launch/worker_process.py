@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -12,7 +11,10 @@ import threading
 
 def main() -> None:
     # Ctrl-C reaches the whole process group; the parent decides how to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # (Started with SIGINT blocked: see children_start_deaf_to_ctrl_c.)
+    from .._support.signals import ignore_ctrl_c
+
+    ignore_ctrl_c()
     # Import Dask while the parent is still starting the scheduler.
     from .. import _dask
     from .._support.logs import quiet_dask_logging

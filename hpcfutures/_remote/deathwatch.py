@@ -52,6 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .._support.signals import children_start_deaf_to_ctrl_c
 from .watcher import EXIT_WORD, GOODBYE_WORD, HEAD, SLOT_SIZE, SLOTS
 
 __all__ = [
@@ -230,9 +231,10 @@ def start_watcher(report: dict[str, Any], keep_fds: tuple[int, ...] = ()) -> boo
         slot = Slot(slot_fd)
         read_end, write_end = os.pipe()
         script = Path(__file__).with_name("watcher.py")
-        watcher = subprocess.Popen(
-            [sys.executable, str(script)], stdin=read_end, stdout=subprocess.DEVNULL,
-            pass_fds=(slot_fd, *keep_fds), close_fds=True)
+        with children_start_deaf_to_ctrl_c():  # Ctrl-C is the worker's to handle
+            watcher = subprocess.Popen(
+                [sys.executable, str(script)], stdin=read_end, stdout=subprocess.DEVNULL,
+                pass_fds=(slot_fd, *keep_fds), close_fds=True)
     except (OSError, ValueError) as err:
         logger.debug("no watcher for this worker: %s", err)
         return False

@@ -199,7 +199,11 @@ def _report(config: dict[str, Any], cert: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the worker to handle
+    # Ctrl-C is for the worker to handle.  The watcher starts with SIGINT blocked
+    # (children_start_deaf_to_ctrl_c): ignoring it drops one that came during
+    # start-up, then it can be unblocked.  (No hpcfutures import yet: see below.)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if sys.path and os.path.dirname(os.path.abspath(__file__)) == os.path.abspath(sys.path[0]):
         sys.path.pop(0)  # this folder's modules must not shadow anyone's
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(

@@ -24,10 +24,10 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["StopSignals"]
+__all__ = ["StopSignals", "children_start_deaf_to_ctrl_c", "ignore_ctrl_c"]
 
 
 class StopSignals:
@@ -120,3 +120,31 @@ def _deliver_again(signum: int) -> None:
     timer = threading.Timer(AGAIN_AFTER, _thread.interrupt_main, (signum,))
     timer.daemon = True
     timer.start()
+
+
+@contextlib.contextmanager
+def children_start_deaf_to_ctrl_c() -> Iterator[None]:
+    """Processes started inside begin with Ctrl-C (SIGINT) held back, not delivered.
+
+    A helper process (a worker's watcher, a laptop worker) leaves Ctrl-C to its
+    parent and ignores it, but only once its own code runs: a Ctrl-C that reaches
+    the process group while its interpreter is still starting would kill it
+    with "Fatal Python error: init_import_site" and a traceback (seen under
+    srun).  The signal mask survives fork and exec, so the child starts with
+    SIGINT blocked; :func:`ignore_ctrl_c` then drops a Ctrl-C that came meanwhile.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_ctrl_c() -> None:
+    """In a child started by :func:`children_start_deaf_to_ctrl_c`: ignore Ctrl-C from now on.
+
+    Ignoring a signal discards one already pending, so unblocking it then lets
+    nothing through.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
