@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from helpers import ROOT
 
 from hpcfutures._support.signals import StopSignals
 
@@ -176,28 +177,26 @@ def test_a_helper_process_survives_a_ctrl_c_that_comes_while_it_starts(deaf):
     fault is real."""
     from hpcfutures._support.signals import children_start_deaf_to_ctrl_c
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     holder = children_start_deaf_to_ctrl_c() if deaf else contextlib.nullcontext()
     with holder:
         helper = subprocess.Popen([sys.executable, "-c", _SLOW_STARTING_HELPER],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "PYTHONPATH": root})
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         helper.send_signal(signal.SIGINT)  # still in its start-up
-        assert helper.stdin is not None
-        out, err = helper.communicate("go\n", timeout=30) if not deaf else ("", "")
-        if deaf:
-            helper.stdin.write("go\n")
-            helper.stdin.flush()
-            assert helper.stdout is not None
-            assert helper.stdout.readline() == "alive\n"
-            helper.send_signal(signal.SIGINT)
+        if not deaf:
             out, err = helper.communicate("go\n", timeout=30)
-            assert out == "still alive\n" and helper.returncode == 0, (out, err)
-            assert err == "", err
-        else:
             assert helper.returncode != 0 and "alive" not in out, (out, err)
+            return
+        assert helper.stdin is not None and helper.stdout is not None
+        helper.stdin.write("go\n")
+        helper.stdin.flush()
+        assert helper.stdout.readline() == "alive\n"
+        helper.send_signal(signal.SIGINT)
+        out, err = helper.communicate("go\n", timeout=30)
+        assert out == "still alive\n" and helper.returncode == 0, (out, err)
+        assert err == "", err
     finally:
         if helper.poll() is None:
             helper.kill()
