@@ -486,7 +486,7 @@ def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeyp
             assert facts == {
                 cluster.address_of(plain): _dask.WorkerFacts("rank-2", 1, None),
                 cluster.address_of(limited): _dask.WorkerFacts("rank-3", 2, 2**30)}
-            with seam("the scheduler's ncores RPC"):
+            with seam("Scheduler.total_nthreads, behind hpcfutures' cluster-size handler"):
                 assert await _dask.cluster_size(cluster.client) == (2, 3)
             with seam("Client.scheduler_info()['total_threads']"):
                 assert await _dask.total_threads(cluster.client) >= 1
@@ -686,6 +686,10 @@ def test_a_worker_tells_its_host_name_and_the_client_reads_it():
                 places = await _dask.worker_places(cluster.client)
             assert places == {cluster.address_of(worker): _dask.WorkerPlace(
                 "rank-2", socket.gethostname())}, places
+            with seam("WorkerState.extra/.name, as the scheduler's WorkerChanges reads them"):
+                _next, changes = await _dask.worker_changes(cluster.client, 0)
+            assert changes == [("+", cluster.address_of(worker), _dask.WorkerPlace(
+                "rank-2", socket.gethostname()))], changes
 
     run(scenario())
 

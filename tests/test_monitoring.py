@@ -290,24 +290,25 @@ def test_a_given_up_tls_connect_that_its_peer_then_closes_prints_no_traceback():
 def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     import asyncio
 
+    from hpcfutures._dask import WorkerChanges
     from hpcfutures._facade.roster import WorkerRoster
 
-    class Scheduler:
-        workers: ClassVar[dict] = {}
+    changes = WorkerChanges()
 
-        async def identity(self, n_workers):
-            return {"workers": self.workers}
+    class Scheduler:
+        async def hpcfutures_worker_changes(self, start):
+            return changes.since(start)
 
     client = type("Client", (), {"scheduler": Scheduler()})()
     roster = WorkerRoster()
     roster.pointer = lambda name: (f"rank {name[5:]} (worker)", f"read {name}.log")
-    client.scheduler.workers = {"a": {"name": "rank-2"}, "b": {"name": "rank-3"}}
+    changes.events += [("+", "a", "rank-2", None), ("+", "b", "rank-3", None)]
     asyncio.run(roster.refresh(client, lambda: False))
-    client.scheduler.workers = {"b": {"name": "rank-3"}}
+    changes.left("a")
     asyncio.run(roster.refresh(client, lambda: False))
     assert "rank 2 (worker) left the launch before the end" in caplog.text
     assert roster.describe_lost() == "lost rank 2 (worker): read rank-2.log"
-    client.scheduler.workers = {}
+    changes.left("b")
     asyncio.run(roster.refresh(client, lambda: True))  # the launch is ending: no warning
     assert "rank 3" not in caplog.text and roster.lost == ["rank-2"]
 

@@ -38,6 +38,7 @@ from .client import (
 )
 from .cluster import (
     DashboardFacts,
+    WorkerChanges,
     WorkerFacts,
     WorkerPlace,
     ask_workers,
@@ -45,6 +46,7 @@ from .cluster import (
     dashboard_facts,
     released_workers,
     total_threads,
+    worker_changes,
     worker_facts,
     worker_names,
     worker_places,
@@ -63,6 +65,7 @@ __all__ = [
     "Knock",
     "SchedulerService",
     "UsageReport",
+    "WorkerChanges",
     "WorkerFacts",
     "WorkerPlace",
     "WorkerService",
@@ -93,6 +96,7 @@ __all__ = [
     "total_threads",
     "usage_report",
     "wait_for_workers",
+    "worker_changes",
     "worker_facts",
     "worker_names",
     "worker_places",

@@ -21,6 +21,10 @@ RELEASED_OP = "hpcfutures_released"
 STARTUP_FAILED_OP = "hpcfutures_startup_failed"
 #: The client waits for the first worker, or for the reason there will be none.
 AWAIT_WORKERS_OP = "hpcfutures_await_workers"
+#: The client asks which workers joined and left since it last asked (cluster.py).
+WORKER_CHANGES_OP = "hpcfutures_worker_changes"
+#: The client asks how many workers and threads there are (cluster.py).
+CLUSTER_SIZE_OP = "hpcfutures_cluster_size"
 #: Event topic on which the scheduler passes such a failure on to the client.
 STARTUP_TOPIC = "hpcfutures-startup"
 #: A worker's host name, in its startup information (the scheduler's identity of it).
@@ -59,20 +63,68 @@ def scheduler_rpc(client: Client) -> Any:
 
 
 def make_security(credentials: Mapping[str, str] | None) -> Security | None:
-    """Dask's TLS settings from a launch's credentials; None means plain TCP."""
+    """Dask's TLS settings from a launch's credentials; None means plain TCP.
+
+    One :class:`Security` per credentials in a process, and so one TLS context
+    per role: see :class:`_OneContextPerRole`."""
     if not credentials:
         return None
     cert, key = credentials["cert"], credentials["key"]
-    return Security(
-        require_encryption=True,
-        tls_ca_file=cert,
-        tls_client_cert=cert,
-        tls_client_key=key,
-        tls_scheduler_cert=cert,
-        tls_scheduler_key=key,
-        tls_worker_cert=cert,
-        tls_worker_key=key,
-    )
+    security = _SECURITIES.get((cert, key))
+    if security is None:
+        security = _SECURITIES[(cert, key)] = _OneContextPerRole(cert, key)
+    return security
+
+
+class _OneContextPerRole(Security):
+    """Dask's Security, building each role's TLS context once, not per connection.
+
+    Dask makes a fresh ``SSLContext`` (and writes the in-memory key and
+    certificate to temporary files to load them) on every call of
+    ``get_connection_args``; hpcfutures calls it for every probe, knock and
+    report, and a process hosting many workers (the scale harness) for each
+    of them: ~2 ms of CPU each time.  A context is safe to share among
+    connections, and the credentials never change during a launch.
+    """
+
+    # No __slots__ of its own: Dask checks the keyword arguments against
+    # ``self.__slots__``, which must stay Security's.
+
+    def __init__(self, cert: str, key: str) -> None:
+        # Dask's Security is untyped.
+        super().__init__(  # type: ignore[no-untyped-call]
+            require_encryption=True,
+            tls_ca_file=cert,
+            tls_client_cert=cert,
+            tls_client_key=key,
+            tls_scheduler_cert=cert,
+            tls_scheduler_key=key,
+            tls_worker_cert=cert,
+            tls_worker_key=key,
+        )
+        self._credentials = (cert, key)
+        self._contexts: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def get_connection_args(self, role: str) -> dict[str, Any]:
+        return self._once(("connect", role), super().get_connection_args)
+
+    def get_listen_args(self, role: str) -> dict[str, Any]:
+        return self._once(("listen", role), super().get_listen_args)
+
+    def _once(self, what: tuple[str, str], make: Any) -> dict[str, Any]:
+        args = self._contexts.get(what)
+        if args is None:
+            args = self._contexts[what] = make(what[1])
+        # A copy: a caller may add its own keys (Dask's connect does not, today).
+        return dict(args)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        # Contexts do not pickle; the credentials rebuild them where needed.
+        return (_OneContextPerRole, self._credentials)
+
+
+#: The process's Security for each launch's credentials (a process has one or two).
+_SECURITIES: dict[tuple[str, str], Security] = {}
 
 
 @contextlib.contextmanager

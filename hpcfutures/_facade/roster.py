@@ -2,9 +2,10 @@
 
 Dask tells the client how many workers there are, not which ones left; when a
 rank dies the user wants "rank 37 (worker), read its log", not "a worker".
-The bridge's watch loop asks the scheduler for the workers' names whenever the
-count changes (rarely), and the roster compares them with the last answer.
-Loop thread only.
+The bridge's watch loop asks the scheduler which workers joined and left since
+its last question whenever the count changes, and the roster keeps the names
+and hosts of those present: a question costs what changed, not the size of the
+launch (see ``_dask.WorkerChanges``).  Loop thread only.
 """
 
 from __future__ import annotations
@@ -37,34 +38,52 @@ class WorkerRoster:
         self.seen: dict[str, str] = {}  # address -> name
         self.hosts: dict[str, str] = {}  # name -> host, once seen
         self.lost: list[str] = []
+        #: The number of the scheduler's next change to ask for.
+        self._next = 0
         #: name -> (who, where to look); the client side knows how ranks name their logs.
         self.pointer: Callable[[str], tuple[str, str]] = _by_name
 
-    async def refresh(self, client: Client, ending: Callable[[], bool]) -> None:
+    async def refresh(self, client: Client, ending: Callable[[], bool],
+                      timeout: float = 5.0) -> None:
         """Ask the scheduler who is there; warn about each worker gone since
         (unless ``ending()``: then workers leave because the launch is over)."""
         from .. import _dask
 
         try:
-            places = await asyncio.wait_for(_dask.worker_places(client), 5)
+            self._next, changes = await asyncio.wait_for(
+                _dask.worker_changes(client, self._next), timeout)
         except Exception:  # the scheduler is gone: the bridge says so
             return
-        now = {address: place.name for address, place in places.items()}
-        self.hosts.update((place.name, place.host) for place in places.values() if place.host)
-        gone = [name for address, name in self.seen.items() if address not in now]
-        self.seen = now
+        gone: list[str] = []
+        for _kind, address, place in changes:
+            if place is not None:
+                self.seen[address] = place.name
+                if place.host:
+                    self.hosts[place.name] = place.host
+            elif address in self.seen:
+                gone.append(self.seen.pop(address))
         if ending() or not gone:
             return
         for name in set(gone) & await _released(client):
             gone.remove(name)
             logger.info("worker %s retired after being idle (release_idle_after)", name)
-        for name in gone:
-            who, where = self.pointer(name)
-            self.lost.append(name)
-            host = self.hosts.get(name)
-            on = f"on {host}; " if host else ""
-            logger.warning("%s left the launch before the end (%sits unfinished tasks run "
-                           "again on the other workers); %s", who, on, where)
+        self.lost.extend(gone)
+        if len(gone) <= NAMED:
+            for name in gone:
+                who, where = self.pointer(name)
+                host = self.hosts.get(name)
+                on = f"on {host}; " if host else ""
+                logger.warning("%s left the launch before the end (%sits unfinished tasks run "
+                               "again on the other workers); %s", who, on, where)
+            return
+        # A wave (a node lost, a job step killed): one line, not one per worker.
+        hosts = sorted({self.hosts[name] for name in gone if name in self.hosts})
+        named = ", ".join(self.pointer(name)[0] for name in gone[:NAMED])
+        on = (f" on {len(hosts)} host(s) ({', '.join(hosts[:NAMED])}"
+              f"{', ...' if len(hosts) > NAMED else ''})" if hosts else "")
+        logger.warning("%d workers left the launch at once before the end%s: %s and %d more; "
+                       "their unfinished tasks run again on the other workers; %s", len(gone),
+                       on, named, len(gone) - NAMED, self.pointer(gone[0])[1])
 
     def describe_lost(self) -> str:
         """The lost workers and where to read about them, for an error message."""

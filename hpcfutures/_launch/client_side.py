@@ -32,11 +32,12 @@ from .._support.logs import (
     where_to_read,
 )
 from .._support.loop import LoopThread
+from .._support.patience import Patience
 from .._support.signals import StopSignals
 from ..launchers import SchedulerInfo
 from ..launchers._identity import SCHEDULER_RANK, minimum_size
 from ..launchers.local import available_cores
-from .lookup import PROBE_TIMEOUT, find_scheduler
+from .lookup import find_scheduler
 from .plan import Plan, bind_address
 from .roles import Role
 from .scheduler_side import start_scheduler
@@ -206,8 +207,9 @@ class ClientSide:
                 plan.exchange.publish(info)
         else:
             exchange = plan.peers_exchange
-            info = self._run(find_scheduler(_dask, exchange, timeout),
-                             timeout + PROBE_TIMEOUT + 1, exchange.description)
+            patience = Patience.for_launch(plan.identity.size, timeout)
+            info = self._run(find_scheduler(_dask, exchange, timeout, patience=patience),
+                             timeout + patience.probe_timeout + 1, exchange.description)
         self.credentials = dict(info.security)
         return info.address
 

@@ -2,6 +2,14 @@
 
 Shared by the client and the workers (and by clients connecting from outside),
 which all must tell a live scheduler from a stale entry left by an earlier one.
+
+Only a refusal means that nobody is there: the port is closed, so the
+scheduler that published it has ended.  Silence (no answer in time) means
+nothing of the kind: at the start of a large launch one scheduler answers
+thousands of ranks at once, a TLS handshake at a time, and a rank that took
+its silence for death would reject a live scheduler file, or (under MPI)
+leave a launch that has only begun.  A silent address is asked again, with
+back-off and jitter, until the launch's deadline.
 """
 
 from __future__ import annotations
@@ -11,52 +19,80 @@ import logging
 from types import ModuleType
 
 from .._errors import LaunchFinished, StartupTimeoutError
+from .._support.patience import Patience, jittered
 from ..launchers import AddressExchange, SchedulerInfo
 
-__all__ = ["DEAD_AFTER_SILENT_PROBES", "PROBE_TIMEOUT", "find_scheduler"]
+__all__ = ["DEAD_AFTER_REFUSALS", "PROBE_TIMEOUT", "find_scheduler"]
 
 logger = logging.getLogger("hpcfutures")
 
 
-#: Seconds to wait for an answer when probing a published scheduler address.
-PROBE_TIMEOUT = 5.0
-
-
-#: Probes in a row without an answer after which a joining worker gives up.
-DEAD_AFTER_SILENT_PROBES = 3
+#: Seconds a probe waits where the launch's size is not known (a client from outside).
+PROBE_TIMEOUT = Patience().probe_timeout
+#: Refusals in a row from one address after which nobody will ever answer there.
+DEAD_AFTER_REFUSALS = 3
+#: Seconds between two asks of an address that refused (a refusal is instant).
+REFUSED_AGAIN_AFTER = 0.1
+#: Seconds before asking a silent address again, at first; doubled each time, up to
+#: :attr:`Patience.knock_every` (at least a second).
+SILENT_AGAIN_AFTER = 0.1
 
 
 async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: float, *,
-                         may_be_late: bool = False) -> SchedulerInfo:
+                         may_be_late: bool = False,
+                         patience: Patience | None = None) -> SchedulerInfo:
     """Look the scheduler up and make sure it answers; skip stale entries until the deadline.
 
     ``may_be_late``: a worker, which may start after the launch ended (the
     client never can); see :attr:`AddressExchange.silence_means_finished`.
+    ``patience``: the launch's waits (a probe's timeout grows with its size).
     """
+    patience = patience or Patience(timeout=timeout)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    stale: SchedulerInfo | None = None
-    silent = 0
+    refused: SchedulerInfo | None = None
+    refusals = 0
+    silent_pause = SILENT_AGAIN_AFTER
+    last_silent: SchedulerInfo | None = None
     while True:
-        if (stale is not None and may_be_late and silent >= DEAD_AFTER_SILENT_PROBES
+        if (refused is not None and may_be_late and refusals >= DEAD_AFTER_REFUSALS
                 and exchange.silence_means_finished):
             # A rank that starts after the end under MPI: the one answer it can
-            # get names a scheduler that has finished (see _join_while_launch_lasts).
-            raise LaunchFinished(f"the scheduler at {stale.address} no longer answers: "
+            # get names a scheduler that has closed (see _join_while_launch_lasts).
+            raise LaunchFinished(f"the scheduler at {refused.address} no longer answers: "
                                  "the launch is over")
         remaining = deadline - loop.time()
         if remaining <= 0:
-            where = "looked up" if stale is None else f"published at {stale.address}"
-            raise StartupTimeoutError(
-                f"the scheduler {where} ({exchange.description}) never "
-                f"answered within {timeout:g} s; it may have died: check the scheduler "
-                "rank's output"
-            )
-        info = exchange.lookup(remaining, stale=stale)
-        if await _dask.probe(info.address, min(PROBE_TIMEOUT, max(remaining, 0.1)),
-                             _dask.make_security(info.security)):
+            raise StartupTimeoutError(_never_answered(exchange, timeout, refused, last_silent))
+        info = await exchange.lookup_async(remaining, stale=refused)
+        security = _dask.make_security(info.security)
+        remaining = max(deadline - loop.time(), 0.1)
+        knock = await _dask.knock(info.address, min(patience.probe_timeout, remaining), security)
+        if knock is _dask.Knock.ANSWERED:
             return info
-        logger.info("no scheduler answers at %s; treating it as stale", info.address)
-        silent = silent + 1 if stale is not None and stale.address == info.address else 1
-        stale = info
+        if knock is _dask.Knock.REFUSED:
+            logger.info("nobody listens at %s; treating it as stale", info.address)
+            refusals = refusals + 1 if refused is not None and refused.address == info.address \
+                else 1
+            refused = info
+            pause = REFUSED_AGAIN_AFTER
+        else:
+            # Busy, not gone: the same file (or a newer one) is tried again.
+            logger.info("no answer from %s yet; asking again", info.address)
+            last_silent = info
+            pause, silent_pause = silent_pause, min(2 * silent_pause,
+                                                    max(patience.knock_every, 1.0))
+        await asyncio.sleep(min(jittered(pause), max(deadline - loop.time(), 0.0)))
 
+
+def _never_answered(exchange: AddressExchange, timeout: float, refused: SchedulerInfo | None,
+                    silent: SchedulerInfo | None) -> str:
+    if silent is not None:
+        where = (f"published at {silent.address} did not answer (busy, or its host cannot be "
+                 "reached from here)")
+    elif refused is not None:
+        where = f"published at {refused.address} refused every connection (it has ended)"
+    else:
+        where = "was never published"
+    return (f"the scheduler {where} ({exchange.description}) within {timeout:g} s; it may "
+            "have died: check the scheduler rank's output")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .._errors import ConfigurationError, LaunchFinished
 from .._support.config import Settings
+from .._support.limits import raise_open_files_limit
 from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete, stop_on_signals
 from ..launchers import AddressExchange, SchedulerInfo
@@ -61,6 +62,10 @@ class _AlsoToFile(AddressExchange):
 
     def lookup(self, timeout: float, stale: SchedulerInfo | None = None) -> SchedulerInfo:
         return self.inner.lookup(timeout, stale)
+
+    async def lookup_async(self, timeout: float,
+                           stale: SchedulerInfo | None = None) -> SchedulerInfo:
+        return await self.inner.lookup_async(timeout, stale)
 
     def finish(self, info: SchedulerInfo) -> None:
         self.public.finish(info)
@@ -104,6 +109,8 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
     quiet_dask_logging(environ)
     configure_rank_logging(plan.identity.rank, plan.role.value, plan.identity.launch_id,
                            environ, log_dir=settings.log_dir)
+    # Not through Session.start: the same raise, and the same warning on the scheduler.
+    raise_open_files_limit(plan.identity.size, scheduler=plan.role is not Role.WORKER)
     # Never loopback unless asked: clients come from other hosts (the login node), and
     # must reach the scheduler and, for results, the workers. TLS keeps strangers out.
     host, interface = bind_address(settings, plan.identity, serving=True)
@@ -149,6 +156,7 @@ def join(settings: Settings, path: Path, environ: Mapping[str, str] | None = Non
     quiet_dask_logging(environ)
     configure_rank_logging(identity.rank, "worker", identity.launch_id, environ,
                            log_dir=settings.log_dir)
+    raise_open_files_limit()
     host, interface = bind_address(settings, identity, serving=True)
     try:
         status = run_until_complete(

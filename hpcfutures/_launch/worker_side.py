@@ -12,27 +12,26 @@ from types import ModuleType
 from .._errors import LauncherError
 from .._support.config import Settings
 from .._support.loop import stop_on_signals
+from .._support.patience import Patience, jittered
 from ..launchers import AddressExchange, SchedulerInfo
-from .lookup import DEAD_AFTER_SILENT_PROBES, find_scheduler
+from .lookup import DEAD_AFTER_REFUSALS, find_scheduler
 from .plan import Plan, mark_worker_process
 
-__all__ = ["play_worker"]
+__all__ = ["join_and_serve", "play_worker"]
 
 logger = logging.getLogger("hpcfutures")
 
 
-#: Seconds between checks, while a worker registers, that the launch still runs.
-LAUNCH_OVER_POLL = 0.25
-#: Seconds a worker that could not start spends telling the scheduler why.
-REPORT_TIMEOUT = 5.0
-
-
 async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
                         timeout: float) -> int:
+    """A worker rank, one to a process: what :func:`join_and_serve` does, plus what
+    belongs to the process (its GPUs, its signals, the mark that it is a worker)."""
     from .._remote.calls import set_location
 
     identity = plan.identity
-    info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True)
+    patience = Patience.for_launch(identity.size, timeout)
+    info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
+                                patience=patience)
     if identity.gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
@@ -40,11 +39,28 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
                         f"{socket.gethostname()}")
     stop = asyncio.Event()
     stop_on_signals(lambda signum: stop.set())
+    return await join_and_serve(_dask, settings, plan, info, host, interface, timeout, stop,
+                                watch=True)
+
+
+async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info: SchedulerInfo,
+                         host, interface, timeout: float, stop: asyncio.Event, *,
+                         watch: bool) -> int:
+    """Join the scheduler found at ``info`` while the launch lasts, serve until its
+    end; the rank's exit status.
+
+    Everything a worker rank does once it knows where the scheduler is, and
+    nothing that belongs to its process: the scale harness
+    (``benchmarks/scale.py``) runs it for hundreds of ranks in one process.
+    ``watch``: start the watcher process that reports this process's death.
+    """
+    identity = plan.identity
+    patience = Patience.for_launch(identity.size, timeout)
     security = _dask.make_security(info.security)
 
     async def answers() -> bool | None:
         """True: the scheduler answers; None: nobody listens there any more."""
-        knock = await _dask.knock(info.address, LAUNCH_OVER_POLL * 4, security)
+        knock = await _dask.knock(info.address, patience.knock_timeout, security)
         return None if knock is _dask.Knock.REFUSED else knock is _dask.Knock.ANSWERED
 
     try:
@@ -57,16 +73,16 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
             interface=interface,
             timeout=timeout,
             security=security,
-            watch=True,
+            watch=watch,
         )
         joined = await _join_while_launch_lasts(service, plan.peers_exchange, info, stop,
-                                                answers)
+                                                answers, patience.knock_every)
     except Exception as err:
         # A setting only a worker can reject (an interface or address this host
         # lacks, a Dask worker option): the scheduler passes the reason on.
         who = f"rank {identity.rank} (worker) on {socket.gethostname()}"
         await _dask.report_startup_failure(info.address, who, _dask.startup_error(err),
-                                           REPORT_TIMEOUT, security)
+                                           patience.report_timeout, security)
         raise
     if not joined:
         return 0
@@ -81,39 +97,56 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     return status
 
 
+#: Seconds between looks, while a worker registers, at whether it joined or was stopped.
+JOIN_POLL = 0.25
+
+
 async def _join_while_launch_lasts(service, exchange: AddressExchange, info: SchedulerInfo,
                                    stop: asyncio.Event,
-                                   answers: Callable[[], Awaitable[bool | None]]) -> bool:
+                                   answers: Callable[[], Awaitable[bool | None]],
+                                   check_every: float = JOIN_POLL) -> bool:
     """Register with the scheduler; False if the launch ended meanwhile.
 
     A worker that starts just as a short launch finishes (or a late job-array
     element) would otherwise retry a vanished scheduler until its deadline and
     then report a failure that did not happen.  A scheduler that died while
-    this worker was joining (``answers()`` stays false) fails the join at once
-    instead of after the deadline; where the launcher ends every rank when one
-    dies (MPI), a silent scheduler has finished instead, and the worker leaves,
-    at the first refusal (nobody listens there any more: it has closed).
+    this worker was joining (nobody listens at its address any more) fails the
+    join at once instead of after the deadline; where the launcher ends every
+    rank when one dies (MPI), a closed scheduler has finished instead, and the
+    worker leaves.  Silence is neither: a scheduler busy with a thousand other
+    joins answers late, and the join itself has its deadline (``timeout``).
+
+    Whether the launch still runs is checked every ``check_every`` s (with
+    jitter): each check reads the scheduler file and knocks at the
+    scheduler's port, and a large launch has many workers joining at once.
     """
     joining = asyncio.ensure_future(service.join())
-    silent = 0
+    loop = asyncio.get_running_loop()
+    refusals = 0
+    next_check = loop.time() + jittered(check_every)
     while True:
-        done, _ = await asyncio.wait([joining], timeout=LAUNCH_OVER_POLL)
+        done, _ = await asyncio.wait([joining], timeout=min(JOIN_POLL, check_every))
         if done:
             break
-        if stop.is_set() or exchange.is_finished(info):
+        if stop.is_set():
+            joining.cancel()
+            await service.close("hpcfutures: the launch ended before this worker joined")
+            return False
+        if loop.time() < next_check:
+            continue
+        next_check = loop.time() + jittered(check_every)
+        if exchange.is_finished(info):
             joining.cancel()
             await service.close("hpcfutures: the launch ended before this worker joined")
             return False
         answer = await answers()
-        silent = 0 if answer else silent + 1
+        refusals = refusals + 1 if answer is None else 0
         if answer is None and exchange.silence_means_finished:
-            silent = DEAD_AFTER_SILENT_PROBES
-        if silent >= DEAD_AFTER_SILENT_PROBES and exchange.silence_means_finished:
             joining.cancel()
             await service.close("hpcfutures: the launch ended before this worker joined")
             logger.info("the scheduler at %s no longer answers: the launch is over", info.address)
             return False
-        if silent >= DEAD_AFTER_SILENT_PROBES:
+        if refusals >= DEAD_AFTER_REFUSALS:
             joining.cancel()
             await service.close("hpcfutures: the scheduler died before this worker joined")
             raise LauncherError(
@@ -126,4 +159,3 @@ async def _join_while_launch_lasts(service, exchange: AddressExchange, info: Sch
             return False
         raise
     return True
-

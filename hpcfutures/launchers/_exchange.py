@@ -90,6 +90,14 @@ class AddressExchange(abc.ABC):
         :class:`~hpcfutures._errors.LaunchFinished` if the launch is already over.
         """
 
+    async def lookup_async(self, timeout: float,
+                           stale: SchedulerInfo | None = None) -> SchedulerInfo:
+        """:meth:`lookup` from a coroutine.  An exchange that waits by polling
+        overrides it to wait without blocking the event loop (a process that
+        hosts many ranks, as the scale harness does, looks up for each on one
+        loop); by default the loop is blocked, as one rank per process allows."""
+        return self.lookup(timeout, stale)
+
     def finish(self, info: SchedulerInfo) -> None:
         """On the scheduler's process at shutdown: retract or tombstone the info."""
 

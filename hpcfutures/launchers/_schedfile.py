@@ -9,17 +9,20 @@ that the caller already failed to reach, is skipped while waiting for a fresh on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import getpass
 import logging
 import os
 import stat
 import time
+from collections.abc import Generator
 from pathlib import Path
+from typing import cast
 
 from .._errors import LaunchFinished, SchedulerFileError, StartupTimeoutError
-from .._support.backoff import Backoff
 from .._support.config import expand_template
+from .._support.patience import shared_file_poll
 from ._exchange import AddressExchange, SchedulerInfo
 from ._identity import Identity
 
@@ -89,8 +92,30 @@ class SchedulerFileExchange(AddressExchange):
 
     # ----------------------------------------------------------------- lookup
     def lookup(self, timeout: float, stale: SchedulerInfo | None = None) -> SchedulerInfo:
-        deadline = time.monotonic() + timeout
-        backoff = Backoff()
+        looking = self._looking(timeout, stale)
+        while True:
+            try:
+                pause = next(looking)
+            except StopIteration as found:
+                return cast(SchedulerInfo, found.value)
+            time.sleep(pause)
+
+    async def lookup_async(self, timeout: float,
+                           stale: SchedulerInfo | None = None) -> SchedulerInfo:
+        looking = self._looking(timeout, stale)
+        while True:
+            try:
+                pause = next(looking)
+            except StopIteration as found:
+                return cast(SchedulerInfo, found.value)
+            await asyncio.sleep(pause)
+
+    def _looking(self, timeout: float,
+                 stale: SchedulerInfo | None) -> Generator[float, None, SchedulerInfo]:
+        """Read the file until it is usable; yields the seconds to wait between reads
+        (:func:`shared_file_poll`), returns what it found."""
+        started = time.monotonic()
+        deadline = started + timeout
         reported: set[str] = set()
         while True:
             info = self._read_quietly()
@@ -102,7 +127,8 @@ class SchedulerFileExchange(AddressExchange):
                     reported.add(verdict)
                     logger.info("ignoring %s: %s; waiting for a fresh one", self.path, verdict)
             self._while_waiting()
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise StartupTimeoutError(
                     f"rank {self.rank} waited {timeout:g} s for the scheduler file {self.path} "
                     f"(launch {self.launch_id}) and none usable appeared"
@@ -111,7 +137,7 @@ class SchedulerFileExchange(AddressExchange):
                     "sure the path is on a filesystem every rank sees, or raise the deadline "
                     "with timeout= / HPCFUTURES_TIMEOUT."
                 )
-            backoff.sleep(deadline)
+            yield max(0.0, min(shared_file_poll(now - started), deadline - now))
 
     def _while_waiting(self) -> None:
         """Called between reads while no usable file is there; may raise to stop waiting."""

@@ -1,0 +1,46 @@
+"""Dask's own client for ``benchmarks/scale.py``: the same phases as ``scale_job.py``.
+
+    SCALE_CALLS=6000 SCALE_SECONDS=1.0 SCALE_WORKERS=2000 \\
+        python benchmarks/jobs/scale_dask_job.py SCHEDULER_FILE CREDENTIALS
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from distributed import Client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.jobs.scale_hosts import dask_security  # noqa: E402
+
+CALLS = int(os.environ.get("SCALE_CALLS", "300"))
+SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
+WORKERS = int(os.environ["SCALE_WORKERS"])
+
+
+def work(x):
+    time.sleep(SECONDS)
+    return x * x
+
+
+def say(what, *more):
+    print(what, repr(time.time()), *more, flush=True)
+
+
+scheduler_file, credentials = sys.argv[1], Path(sys.argv[2])
+client = Client(scheduler_file=scheduler_file, security=dask_security(credentials), timeout=60)
+client.wait_for_workers(WORKERS, timeout=600)
+say("READY")
+wrong = 0
+futures = client.map(work, range(CALLS), pure=False)
+for n, future in enumerate(futures):
+    if n == 0:
+        future.result()
+        say("FIRST")
+client.gather(futures)
+for n, future in enumerate(futures):
+    wrong += future.result() != n * n
+say("DONE", wrong)
+say("LEAVING")
+client.shutdown()

@@ -1,0 +1,216 @@
+"""Many worker ranks in one process, for ``benchmarks/scale.py``.
+
+A real launch of 2,000 ranks needs 2,000 processes, each a second of CPU to
+import ``distributed``: more than a 2-core machine can start in a minute.
+What a large launch puts on its scheduler and its filesystem does not come
+from those processes, though, but from what each rank does once started.  So
+each rank hosted here runs exactly the worker role's code
+(``hpcfutures._launch``): its identity from the ``hpcfutures run`` launcher
+plug-in, the scheduler-file lookup, the probe, the join (with its knocks), a
+Dask worker with hpcfutures' plug-ins, heartbeats and the end of the launch.
+Left out is only what belongs to a process: the watcher process that reports
+a crash, signal handlers, GPU pinning and the exit.
+
+    python -m benchmarks.jobs.scale_hosts hpcfutures --first 2 --count 200 --size 2002 \\
+        --launch-id ID --scheduler-file F --report OUT.json
+    python -m benchmarks.jobs.scale_hosts dask --count 200 --scheduler-file F \\
+        --credentials CREDS.json --report OUT.json
+
+The second is the same number of plain Dask workers in one process, for
+comparison.  Each prints ``WAITING`` once all its ranks look for the
+scheduler, and writes its report when all of them have ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: Reads of the scheduler file, per rank: (rank, monotonic time).
+READS: list[tuple[int, float]] = []
+
+
+def _count_reads() -> None:
+    """Note every read of the scheduler file, and by which rank."""
+    from hpcfutures.launchers._schedfile import SchedulerFileExchange
+
+    read = SchedulerFileExchange._read_quietly
+
+    def counted(self: SchedulerFileExchange) -> Any:
+        READS.append((self.rank, time.monotonic()))
+        return read(self)
+
+    SchedulerFileExchange._read_quietly = counted  # type: ignore[method-assign]
+
+
+async def host_hpcfutures(args: argparse.Namespace) -> dict[str, Any]:
+    from hpcfutures import _dask
+    from hpcfutures._launch.lookup import find_scheduler
+    from hpcfutures._launch.plan import bind_address, negotiate
+    from hpcfutures._launch.worker_side import join_and_serve
+    from hpcfutures._support.config import resolve_settings
+    from hpcfutures._support.patience import Patience
+    from hpcfutures.launchers.run import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR
+
+    _count_reads()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    waiting_since: dict[int, float] = {}
+    found_at: dict[int, float] = {}
+    outcomes: dict[int, str] = {}
+    started = asyncio.Event()
+    looking: set[int] = set()
+
+    def looks(number: int) -> None:
+        looking.add(number)
+        if len(looking) == args.count:
+            started.set()
+
+    async def rank(number: int) -> None:
+        environ = {RANK_VAR: str(number), SIZE_VAR: str(args.size),
+                   LAUNCH_ID_VAR: args.launch_id, "HPCFUTURES_SCHEDULER_FILE": args.scheduler_file}
+        try:
+            settings = resolve_settings({"timeout": args.timeout}, environ=environ)
+            plan = negotiate(settings, environ)
+            host, interface = bind_address(settings, plan.identity)
+            timeout = plan.launcher.lookup_timeout(plan.identity)
+            waiting_since[number] = time.monotonic()
+            looks(number)
+            info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
+                                        patience=Patience.for_launch(args.size, timeout))
+            found_at[number] = time.monotonic()
+            status = await join_and_serve(_dask, settings, plan, info, host, interface,
+                                          timeout, stop, watch=False)
+            outcomes[number] = f"exit {status}"
+        except Exception as err:  # a rank that fails is a finding, not a crash of the host
+            outcomes[number] = f"{type(err).__name__}: {err}"
+            looks(number)
+
+    ranks = [asyncio.ensure_future(rank(n)) for n in range(args.first, args.first + args.count)]
+    await started.wait()
+    print("WAITING", flush=True)
+    await asyncio.gather(*ranks)
+    return {"outcomes": _tally(outcomes.values()), "file_reads": _read_rates(waiting_since,
+                                                                             found_at)}
+
+
+def _read_rates(waiting_since: dict[int, float], found_at: dict[int, float]) -> dict[str, Any]:
+    """Reads of the scheduler file per waiting rank per second, after its first 10 s."""
+    late_reads, late_seconds, most = 0, 0.0, 0.0
+    for number, since in waiting_since.items():
+        end = found_at.get(number)
+        if end is None or end - since <= 11.0:
+            continue
+        reads = sum(1 for who, when in READS if who == number and since + 10.0 <= when < end)
+        window = end - since - 10.0
+        late_reads += reads
+        late_seconds += window
+        most = max(most, reads / window)
+    return {"reads": late_reads, "rank_seconds": late_seconds, "most_per_second": most}
+
+
+def _tally(outcomes: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+async def host_dask(args: argparse.Namespace) -> dict[str, Any]:
+    """The same number of Dask's own workers, joining as soon as the file is there."""
+    from distributed import Worker
+
+    security = dask_security(Path(args.credentials))
+    loop = asyncio.get_running_loop()
+    print("WAITING", flush=True)
+    path = Path(args.scheduler_file)
+    while not path.exists():  # one reader for the whole process: see scale.py
+        await asyncio.sleep(0.01)
+    address = json.loads(path.read_text())["address"]
+    workers = [Worker(address, nthreads=1, memory_limit=0, host="127.0.0.1",
+                      dashboard=False, security=security, protocol="tls",
+                      death_timeout=args.timeout, validate=False)
+               for _ in range(args.count)]
+    outcomes: dict[int, str] = {}
+
+    async def run(number: int, worker: Worker) -> None:
+        try:
+            await worker
+            await worker.finished()
+            outcomes[number] = "exit 0"
+        except Exception as err:
+            outcomes[number] = f"{type(err).__name__}: {err}"
+
+    loop.add_signal_handler(signal.SIGTERM, lambda: [w.close() for w in workers])
+    await asyncio.gather(*(run(n, w) for n, w in enumerate(workers)))
+    return {"outcomes": _tally(outcomes.values()), "file_reads": None}
+
+
+def dask_security(credentials: Path) -> Any:
+    """Dask's Security from a JSON file of PEM text (``{"cert": ..., "key": ...}``)."""
+    from distributed import Security
+
+    pem = json.loads(credentials.read_text())
+    cert, key = credentials.with_suffix(".crt"), credentials.with_suffix(".key")
+    for path, text in ((cert, pem["cert"]), (key, pem["key"])):
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+    return Security(require_encryption=True, tls_ca_file=str(cert),
+                    tls_client_cert=str(cert), tls_client_key=str(key),
+                    tls_scheduler_cert=str(cert), tls_scheduler_key=str(key),
+                    tls_worker_cert=str(cert), tls_worker_key=str(key))
+
+
+async def dask_scheduler(args: argparse.Namespace) -> dict[str, Any]:
+    """Dask's own scheduler, as its ``dask scheduler`` command starts it (TLS, a file)."""
+    import resource
+
+    from distributed import Scheduler
+
+    # What `dask scheduler` does, and hpcfutures now does too: see _support/limits.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, hard // 2), hard))
+    security = dask_security(Path(args.credentials))
+    scheduler = Scheduler(host="127.0.0.1", protocol="tls", security=security, dashboard=False,
+                          scheduler_file=args.scheduler_file, validate=False)
+    await scheduler
+    await scheduler.finished()
+    return {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["hpcfutures", "dask", "dask-scheduler"])
+    parser.add_argument("--first", type=int, default=2)
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--size", type=int, default=0)
+    parser.add_argument("--launch-id", default="")
+    parser.add_argument("--scheduler-file", required=True)
+    parser.add_argument("--credentials", default="")
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--report", default="")
+    args = parser.parse_args()
+    if args.kind != "dask-scheduler":  # hundreds of workers' connections in one process
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    run = {"hpcfutures": host_hpcfutures, "dask": host_dask, "dask-scheduler": dask_scheduler}
+    report = asyncio.run(run[args.kind](args))
+    if args.report:
+        Path(args.report).write_text(json.dumps(report))
+    sys.stdout.flush()
+    os._exit(0)  # hundreds of closed workers need no interpreter teardown
+
+
+if __name__ == "__main__":
+    main()

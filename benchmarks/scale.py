@@ -1,0 +1,385 @@
+"""hpcfutures at 100 to 2,000 worker ranks, beside Dask's own scheduler and workers.
+
+    python benchmarks/scale.py                      N = 100, 250, 500, 1000, 2000
+    python benchmarks/scale.py --ranks 500,2000 --json scale.json
+    python benchmarks/scale.py --quick              the test suite's smoke run
+
+For each N, a launch of N worker ranks, a scheduler rank and a client rank:
+the scheduler and the client are real ranks in processes of their own
+(``jobs/scale_job.py``, an ordinary user script under the ``hpcfutures run``
+launcher's variables); the N workers are hosted many to a process
+(``jobs/scale_hosts.py``), each running the worker role's own code.  The
+worker ranks start first and wait for the scheduler file for ``--wait-first``
+seconds (the ranks of a real launch wait while the scheduler's rank imports
+Dask); then the scheduler and the client start, every rank joins, the client
+maps ``3 N`` calls of ``--seconds`` s, and once its first result is in one
+hosting process is killed with SIGKILL: ``1/--hosts`` of the workers (10 %)
+at once.  The client leaves when the map is done.
+
+The same N, process layout, map and kill run on Dask alone (its scheduler
+started as ``dask scheduler`` starts it, TLS, its ``Worker``s, its
+``Client``), so that what is Dask's and what is hpcfutures' shows.
+
+Every process starts with a soft descriptor limit of ``--soft-nofile``
+(1,024 by default, the usual soft limit on clusters): the scheduler holds
+three descriptors per worker, so a launch above ~340 workers works only if
+the scheduler raises its own limit.  The hosting processes raise theirs
+(a host is hundreds of processes' worth of connections).
+
+Figures (one row each, ``ours / Dask`` per N):
+
+- ready: from the scheduler file's appearance to every worker joined, s;
+- scheduler CPU per join: its CPU time over the same span, per worker, ms;
+- scheduler descriptors: the most it held (at ready and after the map);
+- file reads: reads of the scheduler file per waiting rank per second,
+  after the rank's first 10 s (Dask's workers stat the file every 0.1 s,
+  ``json_load_robust``; measured once, the same at every N);
+- after the kill: from the SIGKILL to the map's last result, s;
+- results right, and the ranks that ended otherwise than with the launch;
+- shutdown: from the client leaving its block to every process gone, s;
+- log lines: what the scheduler and the client printed (a wave of deaths
+  should be one summary line, not one per worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "benchmarks" / "jobs"
+FULL = [100, 250, 500, 1000, 2000]
+SIDES = ("hpcfutures", "dask")
+
+
+class Lines:
+    """A process's stdout, line by line, with a deadline on each wait."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(process,), daemon=True).start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.queue.put(line.strip())
+        self.queue.put(None)
+
+    def next(self, timeout: float) -> str | None:
+        try:
+            line = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if line is not None:
+            self.seen.append(line)
+        return line
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descriptors(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def start(command: list[str], env: dict[str, str], soft_nofile: int, log: Path,
+          stdout: bool = True) -> subprocess.Popen[str]:
+    def limit() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft_nofile, hard), hard))
+
+    return subprocess.Popen(command, cwd=ROOT, env=env, text=True, preexec_fn=limit,
+                            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+                            stderr=log.open("w"), start_new_session=True)
+
+
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (k < total % parts) for k in range(parts)]
+
+
+def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One launch of ``workers`` worker ranks on ``side``; its figures."""
+    tag = f"{side}-{workers}"
+    scheduler_file = work / f"{tag}.json"
+    credentials = work / "credentials.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                     os.environ.get("PYTHONPATH")])),
+           "SCALE_CALLS": str(3 * workers), "SCALE_SECONDS": str(args.seconds),
+           "SCALE_WORKERS": str(workers)}
+    env.pop("HPCFUTURES_LOG_DIR", None)
+    launch = {"HPCFUTURES_SIZE": str(workers + 2), "HPCFUTURES_LAUNCH_ID": f"scale-{uuid.uuid4().hex[:8]}",
+              "HPCFUTURES_SCHEDULER_FILE": str(scheduler_file), "HPCFUTURES_TIMEOUT": str(args.timeout)}
+    hosts: list[subprocess.Popen[str]] = []
+    reports = []
+    first = 2
+    for k, count in enumerate(split(workers, args.hosts)):
+        report = work / f"{tag}-host{k}.json"
+        reports.append(report)
+        command = [sys.executable, "-m", "benchmarks.jobs.scale_hosts", side,
+                   "--first", str(first), "--count", str(count), "--size", str(workers + 2),
+                   "--launch-id", launch["HPCFUTURES_LAUNCH_ID"], "--scheduler-file",
+                   str(scheduler_file), "--credentials", str(credentials), "--timeout",
+                   str(args.timeout), "--report", str(report)]
+        hosts.append(start(command, env, args.soft_nofile, work / f"{tag}-host{k}.log"))
+        first += count
+    others: list[subprocess.Popen[str]] = []
+    figures: dict[str, Any] = {"side": side, "workers": workers}
+    try:
+        for host in hosts:
+            line = Lines(host).next(args.timeout)
+            if line != "WAITING":
+                raise RuntimeError(f"a hosting process of {tag} did not start (said {line!r}); "
+                                   f"see {work}")
+        if side == "hpcfutures":
+            time.sleep(args.wait_first)  # the ranks wait, as while the scheduler imports Dask
+            scheduler = start([sys.executable, str(JOBS / "scale_job.py")],
+                              {**env, **launch, "HPCFUTURES_RANK": "0"}, args.soft_nofile,
+                              work / f"{tag}-scheduler.log", stdout=False)
+            others.append(scheduler)
+            client = start([sys.executable, str(JOBS / "scale_job.py")],
+                           {**env, **launch, "HPCFUTURES_RANK": "1"}, args.soft_nofile,
+                           work / f"{tag}-client.log")
+        else:
+            scheduler = start([sys.executable, "-m", "benchmarks.jobs.scale_hosts",
+                               "dask-scheduler", "--scheduler-file", str(scheduler_file),
+                               "--credentials", str(credentials)], env, args.soft_nofile,
+                              work / f"{tag}-scheduler.log", stdout=False)
+            others.append(scheduler)
+            client = start([sys.executable, str(JOBS / "scale_dask_job.py"), str(scheduler_file),
+                            str(credentials)], env, args.soft_nofile, work / f"{tag}-client.log")
+        others.append(client)
+        figures.update(_follow(client, scheduler, scheduler_file, hosts, args))
+        ended = _wait_all(hosts[1:] + others, args.timeout)
+        figures["shutdown"] = ended - figures.pop("leaving") if ended else None
+        figures["client_status"] = client.returncode
+        figures["scheduler_status"] = scheduler.returncode
+    finally:
+        for process in hosts + others:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        scheduler_file.unlink(missing_ok=True)
+    outcomes: dict[str, int] = {}
+    reads = {"reads": 0, "rank_seconds": 0.0, "most_per_second": 0.0}
+    for report in reports[1:]:  # the first host was killed
+        if not report.exists():
+            outcomes["(a host wrote no report)"] = outcomes.get("(a host wrote no report)", 0) + 1
+            continue
+        data = json.loads(report.read_text())
+        for outcome, count in data["outcomes"].items():
+            outcomes[outcome] = outcomes.get(outcome, 0) + count
+        if data["file_reads"]:
+            for key in ("reads", "rank_seconds"):
+                reads[key] += data["file_reads"][key]
+            reads["most_per_second"] = max(reads["most_per_second"],
+                                           data["file_reads"]["most_per_second"])
+    figures["outcomes"] = outcomes
+    figures["file_reads"] = reads if side == "hpcfutures" else None
+    figures["log_lines"] = {who: _lines(work / f"{tag}-{who}.log") for who in ("scheduler",
+                                                                             "client")}
+    return figures
+
+
+def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], scheduler_file: Path,
+            hosts: list[subprocess.Popen[str]], args: argparse.Namespace) -> dict[str, Any]:
+    """Watch the launch's phases; kill the first host after the first result."""
+    deadline = time.monotonic() + args.timeout * 4
+    while not scheduler_file.exists():
+        if time.monotonic() > deadline or scheduler.poll() is not None:
+            raise RuntimeError(f"no scheduler file {scheduler_file} appeared")
+        time.sleep(0.01)
+    published, cpu_at_publish = time.time(), cpu_seconds(scheduler.pid)
+    out: dict[str, Any] = {"fds": 0}
+    lines = Lines(client)
+    while True:
+        line = lines.next(max(deadline - time.monotonic(), 0.1))
+        if line is None:
+            raise RuntimeError(f"the client ended or stalled; it said {lines.seen[-5:]}")
+        what, _, rest = line.partition(" ")
+        when = float(rest.split()[0]) if rest else 0.0
+        if what == "READY":
+            out["ready"] = when - published
+            out["cpu_since_publish"] = cpu_seconds(scheduler.pid) - cpu_at_publish
+            out["fds"] = max(out["fds"], descriptors(scheduler.pid))
+        elif what == "FIRST":
+            os.killpg(hosts[0].pid, signal.SIGKILL)
+            out["killed_at"] = time.time()
+        elif what == "DONE":
+            out["after_kill"] = when - out.pop("killed_at")
+            out["wrong"] = int(rest.split()[1])
+            out["fds"] = max(out["fds"], descriptors(scheduler.pid))
+        elif what == "LEAVING":
+            out["leaving"] = when
+            return out
+
+
+def _wait_all(processes: list[subprocess.Popen[str]], timeout: float) -> float | None:
+    """When the last of ``processes`` ended (None: some still run after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            return None
+    return time.time()
+
+
+def _lines(log: Path) -> int:
+    try:
+        return sum(1 for line in log.read_text(errors="replace").splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
+def dask_file_reads(seconds: float = 3.0) -> float:
+    """How often Dask's worker looks for a scheduler file that is not there yet, per second."""
+    from distributed import utils
+
+    looks = []
+    exists = os.path.exists
+
+    def counted(path: Any) -> bool:
+        looks.append(time.monotonic())
+        return exists(path)
+
+    utils.os.path.exists = counted  # type: ignore[attr-defined]
+    try:
+        with contextlib.suppress(TimeoutError):
+            utils.json_load_robust("/nonexistent/hpcfutures-scale.json", timeout=seconds)
+    finally:
+        utils.os.path.exists = exists  # type: ignore[attr-defined]
+    return len(looks) / seconds
+
+
+def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
+    by = {(r["side"], r["workers"]): r for r in results}
+    sizes = sorted({r["workers"] for r in results})
+
+    def cell(fmt: Any) -> list[str]:
+        cells = []
+        for n in sizes:
+            pair = [fmt(by[(side, n)]) if (side, n) in by else "—" for side in SIDES]
+            cells.append(" / ".join(pair))
+        return cells
+
+    def num(key: str, spec: str = ".1f") -> Any:
+        return lambda r: "failed" if r.get("error") else (
+            "—" if r.get(key) is None else format(r[key], spec))
+
+    def reads(r: dict[str, Any]) -> str:
+        if r["side"] == "dask":
+            return "—" if dask_reads is None else f"{dask_reads:.1f}"
+        fr = r.get("file_reads") or {}
+        if not fr.get("rank_seconds"):
+            return "—"
+        return f"{fr['reads'] / fr['rank_seconds']:.2f} (≤{fr['most_per_second']:.1f})"
+
+    def left(r: dict[str, Any]) -> str:
+        if r.get("error"):
+            return "failed"
+        other = sum(c for o, c in r.get("outcomes", {}).items() if o != "exit 0")
+        return str(other)
+
+    def right(r: dict[str, Any]) -> str:
+        return "failed" if r.get("error") else ("yes" if r.get("wrong") == 0 else
+                                                f"{r.get('wrong')} wrong")
+
+    def logs(r: dict[str, Any]) -> str:
+        lines = r.get("log_lines") or {}
+        return f"{lines.get('scheduler', 0)}+{lines.get('client', 0)}"
+
+    rows = [
+        ("ready after the scheduler file appeared, s", cell(num("ready"))),
+        ("scheduler CPU per join, ms", cell(num("cpu_per_join_ms", ".2f"))),
+        ("scheduler descriptors, most", cell(num("fds", "d"))),
+        ("scheduler-file reads per waiting rank per s, after 10 s (most)", cell(reads)),
+        ("map done after killing 10 % of the workers, s", cell(num("after_kill"))),
+        ("every result right", cell(right)),
+        ("surviving ranks that ended otherwise than with the launch", cell(left)),
+        ("shutdown: client leaves -> every process gone, s", cell(num("shutdown", ".2f"))),
+        ("log lines, scheduler+client", cell(logs)),
+    ]
+    head = "| hpcfutures / Dask | " + " | ".join(f"N = {n:,}" for n in sizes) + " |"
+    rule = "|---|" + "---|" * len(sizes)
+    return "\n".join([head, rule] + [f"| {name} | " + " | ".join(c) + " |" for name, c in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default=",".join(map(str, FULL)),
+                        help="worker ranks per launch, comma-separated")
+    parser.add_argument("--hosts", type=int, default=10,
+                        help="processes hosting the workers (one is killed: 1/HOSTS of them)")
+    parser.add_argument("--seconds", type=float, default=1.0, help="each call's duration")
+    parser.add_argument("--wait-first", type=float, default=13.0,
+                        help="seconds the worker ranks wait before the scheduler starts")
+    parser.add_argument("--soft-nofile", type=int, default=1024)
+    parser.add_argument("--timeout", type=float, default=60.0, help="the launch's timeout")
+    parser.add_argument("--only", choices=SIDES, help="run one side only")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--keep", action="store_true", help="keep the logs' directory")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smoke run: 16 workers on 4 hosts, no long wait")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.ranks, args.hosts, args.wait_first, args.seconds = "16", 4, 0.0, 0.2
+    sizes = [int(n) for n in args.ranks.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="hpcfutures-scale-"))
+    sys.path.insert(0, str(ROOT))
+    from hpcfutures._support.security import new_credentials
+
+    credentials = work / "credentials.json"
+    fd = os.open(credentials, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(new_credentials(), handle)
+    results = []
+    try:
+        for n in sizes:
+            for side in SIDES if args.only is None else (args.only,):
+                began = time.monotonic()
+                try:
+                    figures = run_once(side, n, args, work)
+                    figures["cpu_per_join_ms"] = figures.pop("cpu_since_publish") * 1e3 / n
+                except Exception as err:
+                    figures = {"side": side, "workers": n, "error": str(err)}
+                figures["wall"] = time.monotonic() - began
+                results.append(figures)
+                print(f"# {side} N={n}: {json.dumps(figures)}", flush=True)
+        dask_reads = dask_file_reads(1.0 if args.quick else 3.0) if args.only != "hpcfutures" \
+            else None
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"# logs in {work}")
+    print(table(results, dask_reads))
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "dask_file_reads": dask_reads},
+                                        indent=1))
+    return 1 if any(r.get("error") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

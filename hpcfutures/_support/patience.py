@@ -1,0 +1,115 @@
+"""Every wait of a launch that must grow with its size, derived in one place.
+
+A launch of 4 ranks and one of 4,000 share one scheduler: one process, one
+event loop, one core.  Anything each rank asks of it (a TLS handshake to
+probe or join, ~2 ms of the scheduler's CPU; a certificate; a report) queues
+behind what every other rank asks at the same moment, so an answer that
+takes milliseconds at 4 ranks takes seconds at 4,000.  A wait fixed for the
+small case then reads a busy scheduler as a dead one: ranks give up, take a
+live scheduler file for a stale one, or leave a launch that has only begun.
+
+So no module keeps its own constant for such a wait.  Each asks
+:class:`Patience`, built from the launch's size and its ``timeout``: the
+small-launch value stays what it always was (measured and tuned by the
+suite), and on top of it comes the time the scheduler needs to hear every
+rank once (:attr:`Patience.herd`), never more than ``timeout`` allows.
+Polls of shared things (the scheduler file on a shared filesystem, the
+scheduler's port) back off with jitter, so that ranks started together by a
+launcher do not stay in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+__all__ = ["HERD_SECONDS_PER_RANK", "Patience", "jittered", "shared_file_poll"]
+
+#: Scheduler seconds to hear one rank once: two TLS handshakes (a probe and
+#: the join) at ~2 ms of CPU each on a 2-core node, with room for Dask's
+#: registration.  ``benchmarks/scale.py`` measures it ("scheduler CPU per join").
+HERD_SECONDS_PER_RANK = 0.005
+
+
+def jittered(seconds: float, spread: float = 0.25) -> float:
+    """``seconds`` give or take ``spread`` of it, at random: ranks fall out of step."""
+    return seconds * (1.0 + random.uniform(-spread, spread))
+
+
+@dataclasses.dataclass(frozen=True)
+class Patience:
+    """How long each wait of a launch of ``ranks`` ranks lasts (``timeout``: the
+    launch's own deadline, which none of these exceeds)."""
+
+    ranks: int = 1
+    timeout: float = 60.0
+
+    @property
+    def herd(self) -> float:
+        """Seconds the scheduler needs to hear every rank of the launch once."""
+        return max(self.ranks, 1) * HERD_SECONDS_PER_RANK
+
+    def _grown(self, small: float) -> float:
+        return min(small + self.herd, max(self.timeout, small))
+
+    # ------------------------------------------------------------ start-up
+    @property
+    def probe_timeout(self) -> float:
+        """Seconds a probe of a published scheduler address waits for its answer."""
+        return self._grown(5.0)
+
+    @property
+    def knock_timeout(self) -> float:
+        """Seconds a joining worker's knock (does the scheduler still answer?) waits."""
+        return self._grown(1.0)
+
+    @property
+    def knock_every(self) -> float:
+        """Seconds between a joining worker's checks that the launch still runs.
+
+        Each check is a TLS handshake on the scheduler: at one check per rank
+        per second, 1,000 pending joins alone would keep it busy."""
+        return max(0.25, 2 * self.herd)
+
+    @property
+    def report_timeout(self) -> float:
+        """Seconds a rank spends telling the scheduler something (a failed start)."""
+        return self._grown(5.0)
+
+    # ------------------------------------------------------------ the run
+    @property
+    def certificate_wait(self) -> float:
+        """Seconds the client waits for a dead worker's certificate (its watcher
+        starts a process and connects: a wave of deaths queues them)."""
+        return self._grown(8.0)
+
+    @property
+    def ask_timeout(self) -> float:
+        """Seconds a question to the scheduler about every worker may take (the
+        roster, the summary, the goodbye)."""
+        return self._grown(5.0)
+
+    # ------------------------------------------------------------ the end
+    @property
+    def grace(self) -> float:
+        """Seconds the other ranks get to end after the client finished."""
+        return 10.0 + 2 * self.herd
+
+    @classmethod
+    def for_launch(cls, ranks: int | None, timeout: float) -> Patience:
+        return cls(ranks=max(int(ranks or 1), 1), timeout=float(timeout))
+
+
+def shared_file_poll(waited: float) -> float:
+    """Seconds until the next look at a file that another rank will write, after ``waited`` s.
+
+    Quick at first (a launch's ranks find the scheduler file within a second or
+    two of its start), then at most once a second per rank, with jitter: on a
+    shared filesystem every look is a metadata operation on one server, and
+    10,000 ranks looking ten times a second would saturate it for everyone.
+    """
+    if waited < 2.0:
+        return min(0.005 * 2 ** (waited / 0.25), 0.1)
+    if waited < 10.0:
+        return jittered(0.5)
+    return 1.0 + random.uniform(0.0, 0.5)

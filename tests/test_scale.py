@@ -1,0 +1,190 @@
+"""What a launch of thousands of ranks needs from each rank, and the scale harness's smoke run.
+
+The figures themselves come from ``benchmarks/scale.py`` (up to 2,000 worker
+ranks); these tests pin each behaviour that the harness showed a large launch
+needs, at a size a unit test can afford, and run the harness once, small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import types
+
+import pytest
+from helpers import ROOT, run_job
+
+from hpcfutures._support.patience import Patience, shared_file_poll
+from hpcfutures.launchers import SchedulerInfo
+from hpcfutures.launchers._schedfile import SchedulerFileExchange
+
+
+def test_a_process_builds_each_tls_context_once():
+    """Dask builds a fresh SSLContext per connection (~2 ms of CPU, and temporary
+    files); a rank knocks and probes many times, a hosting process for each rank."""
+    from hpcfutures._dask import make_security
+    from hpcfutures._support.security import new_credentials
+
+    credentials = new_credentials()
+    security = make_security(credentials)
+    assert make_security(dict(credentials)) is security
+    first = security.get_connection_args("client")["ssl_context"]
+    assert security.get_connection_args("client")["ssl_context"] is first
+    assert security.get_listen_args("worker")["ssl_context"] is \
+        security.get_listen_args("worker")["ssl_context"]
+
+
+class _Silent:
+    """A stand-in for hpcfutures._dask whose scheduler stays silent ``times`` knocks."""
+
+    def __init__(self, times: int) -> None:
+        from hpcfutures._dask import Knock
+
+        self.Knock, self.times, self.knocks = Knock, times, 0
+
+    def make_security(self, credentials):
+        return None
+
+    async def knock(self, address, timeout, security=None):
+        self.knocks += 1
+        return self.Knock.SILENT if self.knocks <= self.times else self.Knock.ANSWERED
+
+
+class _OneAnswer:
+    """An exchange that always has the same answer (as an MPI broadcast has)."""
+
+    description = "a test exchange"
+    silence_means_finished = True
+
+    def __init__(self) -> None:
+        self.info = SchedulerInfo(address="tls://127.0.0.1:1", launch_id="x", nonce="n")
+        self.stale: list[object] = []
+
+    async def lookup_async(self, timeout, stale=None):
+        self.stale.append(stale)
+        return self.info
+
+
+def test_a_silent_scheduler_is_asked_again_not_taken_for_stale_or_finished():
+    """At the start of a large launch one scheduler answers thousands of probes a
+    TLS handshake at a time: silence is not death.  (It was: three silent probes
+    made a worker under MPI leave with status 0, and made any rank reject the
+    live scheduler file.)"""
+    from hpcfutures._launch.lookup import find_scheduler
+
+    fake, exchange = _Silent(times=5), _OneAnswer()
+    info = asyncio.run(find_scheduler(fake, exchange, timeout=30, may_be_late=True))
+    assert info is exchange.info and fake.knocks == 6
+    assert exchange.stale == [None] * 6, "a silent scheduler's answer was marked stale"
+
+
+def test_a_joining_worker_waits_out_a_silent_scheduler():
+    """Silent knocks while the join is pending (the scheduler is busy with other
+    joins) neither end the join nor the rank; the join completes."""
+    from hpcfutures._launch.worker_side import _join_while_launch_lasts
+
+    class Service:
+        async def join(self):
+            await asyncio.sleep(0.3)
+
+        async def close(self, reason):
+            raise AssertionError(f"the join was abandoned: {reason}")
+
+    class Exchange:
+        silence_means_finished = True
+
+        def is_finished(self, info):
+            return False
+
+    knocks = []
+
+    async def silent():
+        knocks.append(1)
+        return False
+
+    joined = asyncio.run(_join_while_launch_lasts(Service(), Exchange(), None, asyncio.Event(),
+                                                  silent, check_every=0.02))
+    assert joined and len(knocks) >= 3, knocks
+
+
+def test_checks_while_joining_grow_with_the_launch():
+    small, large = Patience.for_launch(4, 60), Patience.for_launch(2000, 60)
+    assert small.knock_every == 0.25
+    assert large.knock_every >= 1.0
+    assert large.probe_timeout > small.probe_timeout and large.probe_timeout <= 60
+    assert Patience.for_launch(100_000, 60).probe_timeout == 60  # never past the deadline
+
+
+def test_a_waiting_rank_reads_the_scheduler_file_at_most_once_a_second_after_10_s(
+        tmp_path, monkeypatch):
+    """10,000 ranks reading a file on a shared filesystem ten times a second put
+    100,000 metadata operations a second on one server.  Driven by a fake clock:
+    60 s of waiting for a file that never comes."""
+    from hpcfutures.launchers import _schedfile
+
+    clock = [0.0]
+    monkeypatch.setattr(_schedfile.time, "monotonic", lambda: clock[0])
+    reads: list[float] = []
+    exchange = SchedulerFileExchange(tmp_path / "never.json", "launch", rank=7)
+    monkeypatch.setattr(exchange, "_read_quietly", lambda: reads.append(clock[0]))
+    looking = exchange._looking(60.0, None)
+    with pytest.raises(Exception, match="waited 60 s"):
+        for pause in looking:
+            clock[0] += pause
+    assert len([t for t in reads if t < 2]) >= 10, "the first look-ups are no longer quick"
+    late = [t for t in reads if t >= 10]
+    assert all(b - a >= 1.0 for a, b in zip(late, late[1:], strict=False)), late
+    assert all(shared_file_poll(w) >= 1.0 for w in (10.0, 30.0, 3600.0))
+
+
+def test_a_wave_of_departures_is_one_line_on_the_client(caplog):
+    """200 workers lost with their node: one warning naming a few, not 200."""
+    from hpcfutures._dask import WorkerChanges
+    from hpcfutures._facade.roster import WorkerRoster
+
+    changes = WorkerChanges()
+
+    class Scheduler:
+        asked: list[int] = []
+
+        async def hpcfutures_worker_changes(self, start):
+            self.asked.append(start)
+            return changes.since(start)
+
+    client = types.SimpleNamespace(scheduler=Scheduler())
+    roster = WorkerRoster()
+    roster.pointer = lambda name: (f"rank {name[5:]} (worker)", "see its output")
+    changes.events += [("+", f"w{n}", f"rank-{n}", "node1" if n < 202 else "node2")
+                       for n in range(2, 2002)]
+    asyncio.run(roster.refresh(client, lambda: False))
+    for n in range(2, 202):
+        changes.left(f"w{n}")
+    with caplog.at_level(logging.WARNING, logger="hpcfutures"):
+        asyncio.run(roster.refresh(client, lambda: False))
+    lines = [r.getMessage() for r in caplog.records if "left the launch" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("200 workers left the launch at once") and "node1" in lines[0]
+    assert len(roster.lost) == 200 and len(roster.seen) == 1800
+    assert Scheduler.asked == [0, 2000], "the roster asked for more than what changed"
+
+
+@pytest.mark.timeout(90)
+def test_the_scale_harness_runs_small_and_prints_its_table(tmp_path):
+    """``benchmarks/scale.py --quick``: 16 worker ranks on 4 hosting processes, one
+    of them killed mid-map, beside Dask's own; every figure printed."""
+    out = tmp_path / "scale.json"
+    job = run_job([sys.executable, ROOT / "benchmarks" / "scale.py", "--quick", "--json", out],
+                  timeout=80)
+    assert job.returncode == 0, job
+    data = json.loads(out.read_text())
+    assert {r["side"] for r in data["results"]} == {"hpcfutures", "dask"}
+    for result in data["results"]:
+        assert "error" not in result, result
+        assert result["wrong"] == 0 and set(result["outcomes"]) == {"exit 0"}, result
+        assert result["client_status"] == 0 and result["scheduler_status"] == 0, result
+    for row in ("ready after the scheduler file appeared", "scheduler CPU per join",
+                "scheduler descriptors", "scheduler-file reads", "map done after killing",
+                "shutdown"):
+        assert row in job.stdout, job
