@@ -123,13 +123,15 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
     tag = f"{side}-{workers}"
     scheduler_file = work / f"{tag}.json"
     credentials = work / "credentials.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                     os.environ.get("PYTHONPATH")])),
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path,
            "SCALE_CALLS": str(3 * workers), "SCALE_SECONDS": str(args.seconds),
            "SCALE_WORKERS": str(workers)}
     env.pop("HPCFUTURES_LOG_DIR", None)
-    launch = {"HPCFUTURES_SIZE": str(workers + 2), "HPCFUTURES_LAUNCH_ID": f"scale-{uuid.uuid4().hex[:8]}",
-              "HPCFUTURES_SCHEDULER_FILE": str(scheduler_file), "HPCFUTURES_TIMEOUT": str(args.timeout)}
+    launch = {"HPCFUTURES_SIZE": str(workers + 2),
+              "HPCFUTURES_LAUNCH_ID": f"scale-{uuid.uuid4().hex[:8]}",
+              "HPCFUTURES_SCHEDULER_FILE": str(scheduler_file),
+              "HPCFUTURES_TIMEOUT": str(args.timeout)}
     hosts: list[subprocess.Popen[str]] = []
     reports = []
     first = 2

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from typing import ClassVar
 
 import pytest
 from contract import CustomError, fail_on, square

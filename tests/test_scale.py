@@ -8,6 +8,7 @@ needs, at a size a unit test can afford, and run the harness once, small.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import sys
@@ -135,7 +136,7 @@ def test_a_waiting_rank_reads_the_scheduler_file_at_most_once_a_second_after_10_
             clock[0] += pause
     assert len([t for t in reads if t < 2]) >= 10, "the first look-ups are no longer quick"
     late = [t for t in reads if t >= 10]
-    assert all(b - a >= 1.0 for a, b in zip(late, late[1:], strict=False)), late
+    assert all(b - a >= 1.0 for a, b in itertools.pairwise(late)), late
     assert all(shared_file_poll(w) >= 1.0 for w in (10.0, 30.0, 3600.0))
 
 
@@ -146,11 +147,11 @@ def test_a_wave_of_departures_is_one_line_on_the_client(caplog):
 
     changes = WorkerChanges()
 
-    class Scheduler:
-        asked: list[int] = []
+    asked: list[int] = []
 
+    class Scheduler:
         async def hpcfutures_worker_changes(self, start):
-            self.asked.append(start)
+            asked.append(start)
             return changes.since(start)
 
     client = types.SimpleNamespace(scheduler=Scheduler())
@@ -167,7 +168,7 @@ def test_a_wave_of_departures_is_one_line_on_the_client(caplog):
     assert len(lines) == 1, lines
     assert lines[0].startswith("200 workers left the launch at once") and "node1" in lines[0]
     assert len(roster.lost) == 200 and len(roster.seen) == 1800
-    assert Scheduler.asked == [0, 2000], "the roster asked for more than what changed"
+    assert asked == [0, 2000], "the roster asked for more than what changed"
 
 
 @pytest.mark.timeout(90)

@@ -12,7 +12,7 @@ from pathlib import Path
 from distributed import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.jobs.scale_hosts import dask_security  # noqa: E402
+from benchmarks.jobs.scale_hosts import dask_security
 
 CALLS = int(os.environ.get("SCALE_CALLS", "300"))
 SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
