@@ -135,7 +135,7 @@ def test_a_waiting_rank_reads_the_scheduler_file_at_most_once_a_second_after_10_
         for pause in looking:
             clock[0] += pause
     assert len([t for t in reads if t < 2]) >= 10, "the first look-ups are no longer quick"
-    late = [t for t in reads if t >= 10]
+    late = [t for t in reads if 10 <= t < 59]  # (the last look is at the deadline)
     assert all(b - a >= 1.0 for a, b in itertools.pairwise(late)), late
     assert all(shared_file_poll(w) >= 1.0 for w in (10.0, 30.0, 3600.0))
 

@@ -33,6 +33,7 @@ from typing import Any, cast
 from .._errors import BrokenHPCExecutor, TimeLimitError
 from .._remote.calls import run_chunk_task, run_task
 from .._support.loop import LoopThread
+from .._support.patience import Patience
 from .arguments import futures_in
 from .batching import Batcher
 from .bundles import SubmitStream
@@ -94,6 +95,15 @@ class TaskBridge:
         self.broken_type: type[BrokenHPCExecutor] = BrokenHPCExecutor
         #: Names the workers that leave early (its ``pointer`` is set by the client side).
         self.roster = WorkerRoster()
+
+    @property
+    def patience(self) -> Patience:
+        """The launch's waits, from its size (set by the client side)."""
+        return self._recovery.patience
+
+    @patience.setter
+    def patience(self, patience: Patience) -> None:
+        self._recovery.patience = patience
 
     @property
     def tally(self) -> Any:
@@ -290,7 +300,8 @@ class TaskBridge:
         from .. import _dask
 
         try:
-            workers, threads = await asyncio.wait_for(_dask.cluster_size(self._client), 5)
+            workers, threads = await asyncio.wait_for(_dask.cluster_size(self._client),
+                                                      self.patience.ask_timeout)
         except Exception:  # the scheduler is gone: _watch breaks the executor for that
             return self._workers
         self.cluster_changed(workers, threads)
@@ -304,14 +315,16 @@ class TaskBridge:
         """
         alone_since = None
         loop = asyncio.get_running_loop()
-        await self.roster.refresh(self._client, self._is_closing)  # a worker may die soon
+        await self.roster.refresh(self._client, self._is_closing,  # a worker may die soon
+                                  self.patience.ask_timeout)
         while self._broken is None and not self._closing:
             await asyncio.sleep(interval)
             workers = self._workers
             if self.outstanding():  # the scheduler's events say the same, but ask
                 workers = await self._live_workers()
             if workers != len(self.roster.seen):
-                await self.roster.refresh(self._client, self._is_closing)
+                await self.roster.refresh(self._client, self._is_closing,
+                                          self.patience.ask_timeout)
             if not workers and not self._closing and self.outstanding():
                 # Calls wait and no worker can ever come (all died, or were
                 # released as idle): say so now, not after `deadline`.

@@ -35,6 +35,7 @@ from typing import Any
 from .._errors import WorkerCrashError
 from .._remote.calls import fail_with, restore_traceback, run_bundle, run_chunk_task
 from .._remote.deathwatch import function_name
+from .._support.patience import Patience
 from .arguments import futures_in
 from .futures import TaskFuture, settle
 
@@ -48,8 +49,9 @@ MAX_LOSSES = 3
 #: States of a Dask future whose value can no longer be had from the cluster.
 _GONE = ("error", "cancelled", "lost")
 #: Seconds the client waits for a dead worker's certificate (its watcher imports
-#: Dask, connects, reports: about a second; a watcher lost with its node never does).
-CERTIFICATE_WAIT = 8.0
+#: Dask, connects, reports: about a second; a watcher lost with its node never does),
+#: when one worker died; more when many did at once (Patience.certificate_wait).
+CERTIFICATE_WAIT = Patience().certificate_wait(1)
 
 
 class Recovery:
@@ -76,6 +78,10 @@ class Recovery:
         self._answers: dict[str, asyncio.Future] = {}
         #: The exit status of the first worker a call killed (signals as 128+N).
         self.crash_status: int | None = None
+        #: The launch's waits (the client side sets them from its size).
+        self.patience = Patience()
+        #: Dead workers whose certificate is being waited for now (a wave's size).
+        self._waiting = 0
 
     def lost(self, dask_future: Any, future: TaskFuture, exception: BaseException) -> bool:
         """Take over ``future`` if its task was lost with a worker; whether it did."""
@@ -121,11 +127,15 @@ class Recovery:
         return await asyncio.shield(pending)
 
     async def _ask(self, worker: str) -> dict[str, Any]:
+        self._waiting += 1
         try:
-            return await self._dask.death_certificate(self._client, worker, CERTIFICATE_WAIT)
+            return await self._dask.death_certificate(
+                self._client, worker, self.patience.certificate_wait(self._waiting))
         except Exception as err:  # the scheduler is gone: the bridge breaks for that
             logger.debug("no death certificate for %s: %s", worker, err)
             return {}
+        finally:
+            self._waiting -= 1
 
     async def none_left(self) -> str | None:
         """Why no worker is left and none can come, if so (the scheduler knows)."""

@@ -46,10 +46,8 @@ __all__ = ["BridgeFactory", "ClientBridge", "ClientSide"]
 
 logger = logging.getLogger("hpcfutures")
 
-#: Seconds the client gives the launch to wind down before giving up on it.
-SHUTDOWN_GRACE = 10.0
-#: Seconds the end-of-run summary waits for the scheduler's numbers.
-SUMMARY_WAIT = 5.0
+#: The client's waits for the launch (its wind-down, the summary's numbers, the
+#: goodbye) come from Patience: they grow with the number of ranks.
 
 
 class ClientBridge(Protocol):
@@ -63,6 +61,8 @@ class ClientBridge(Protocol):
     roster: Any
     #: The end-of-run summary's client-side tally, when summary=True.
     tally: Any
+    #: The launch's waits, from its size.
+    patience: Patience
 
     @property
     def broken(self) -> HPCFuturesError | None:
@@ -107,6 +107,7 @@ class ClientSide:
         #: The end-of-run summary's client tally and scheduler ledger (summary=True).
         self.tally: Any = None
         self._ledger: str | None = None
+        self.patience = Patience.for_launch(plan.identity.size, settings.timeout)
 
     def start(self) -> ClientBridge:
         if self.settings.summary:
@@ -143,6 +144,7 @@ class ClientSide:
             raise
         threads = self.loop.run_sync(_dask.total_threads(self.client), self.settings.timeout)
         self.bridge = self.make_bridge(self.loop, self.client, address, threads)
+        self.bridge.patience = self.patience
         self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
                            self.settings.timeout)
         if self.settings.initializer is not None:
@@ -301,7 +303,8 @@ class ClientSide:
 
         usage = None
         if self._ledger is not None and self.bridge is not None and self.bridge.broken is None:
-            usage = self._ask(_dask.usage_report(self.client, self._ledger), SUMMARY_WAIT)
+            usage = self._ask(_dask.usage_report(self.client, self._ledger),
+                              self.patience.ask_timeout)
         print(format_summary(self.tally, usage), file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ the end
@@ -339,12 +342,12 @@ class ClientSide:
         with _verdict_after_traceback(status != 0 and self.plan.role is Role.STANDALONE):
             with contextlib.suppress(Exception):
                 if self.client is not None:
-                    loop.run_sync(_dask.finish_client(self.client, status,
-                                                      timeout=1.0 if signalled else 5.0),
-                                  SHUTDOWN_GRACE * 2)
+                    goodbye = 1.0 if signalled else self.patience.ask_timeout
+                    loop.run_sync(_dask.finish_client(self.client, status, timeout=goodbye),
+                                  self.patience.grace * 2)
             with contextlib.suppress(Exception):
                 if self.service is not None:
-                    loop.run_sync(self.service.close(), SHUTDOWN_GRACE)
+                    loop.run_sync(self.service.close(), self.patience.grace)
         if self.info is not None and self.plan.exchange is not None:
             with contextlib.suppress(Exception):
                 self.plan.exchange.finish(self.info)

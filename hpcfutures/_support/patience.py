@@ -77,11 +77,13 @@ class Patience:
         return self._grown(5.0)
 
     # ------------------------------------------------------------ the run
-    @property
-    def certificate_wait(self) -> float:
-        """Seconds the client waits for a dead worker's certificate (its watcher
-        starts a process and connects: a wave of deaths queues them)."""
-        return self._grown(8.0)
+    def certificate_wait(self, deaths: int = 1) -> float:
+        """Seconds the client waits for a dead worker's certificate, when ``deaths``
+        workers died together: each one's watcher starts a process and connects
+        to the scheduler, so a wave queues them (it grows with the wave, not with
+        the launch: a lost node's watchers never report, and every call it ran
+        waits this long before it runs again)."""
+        return min(8.0 + max(deaths, 1) * HERD_SECONDS_PER_RANK, max(self.timeout, 8.0))
 
     @property
     def ask_timeout(self) -> float:
