@@ -68,9 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("-n", "--ntasks", type=int, metavar="N",
                      help=f"number of copies (default: {DEFAULT_COPIES}, and it says so)")
-    run.add_argument("--grace", type=_seconds_or_zero, default=10.0, metavar="SECONDS",
+    run.add_argument("--grace", type=_seconds_or_zero, default=None, metavar="SECONDS",
                      help="how long other copies may outlive the client before they are "
-                          "terminated (default: 10)")
+                          "terminated (default: 10, and more for a large launch)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND ...")
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import gc
 import os
 import secrets
+import selectors
 import shutil
 import signal
 import subprocess
@@ -28,7 +30,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .._support.config import resolve_option
+from .._support.limits import OpenFiles, raise_open_files_limit
 from .._support.logs import where_to_read
+from .._support.patience import Patience
 from ..launchers._identity import client_rank, minimum_size
 from ..launchers.run import (
     LAUNCH_ID_VAR,
@@ -46,13 +50,20 @@ __all__ = ["run"]
 KILL_AFTER = 5.0
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Ask Linux to send SIGTERM to this child if ``hpcfutures run`` dies."""
+def _die_with_parent(open_files: int | None = None) -> None:  # pragma: no cover - child
+    """Ask Linux to send SIGTERM to this child if ``hpcfutures run`` dies; give it back
+    the soft open-files limit ``open_files`` the user started us with (see :func:`run`)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if open_files is not None:
+        import resource
+
+        with contextlib.suppress(OSError, ValueError):
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
     os.setpgrp()  # Ctrl-C reaches the copies once, through us
 
 
@@ -89,14 +100,28 @@ def _failure_pointer(first: int, code: int, size: int, client: int, token: str,
     return f"hpcfutures run: rank {first} ({role}) failed first, {_how_it_ended(code)}; {where}"
 
 
-def run(size: int, command: Sequence[str], *, grace: float = 10.0,
+def run(size: int, command: Sequence[str], *, grace: float | None = None,
         environ: Mapping[str, str] | None = None) -> int:
-    """Run ``size`` copies of ``command``; return the launch's exit status."""
+    """Run ``size`` copies of ``command``; return the launch's exit status.
+
+    ``grace``: seconds the other copies may outlive the client; by default it
+    grows with the launch (:attr:`Patience.grace`): the scheduler tells every
+    rank that the launch ended, one at a time.
+    """
     if size < 1:
         raise ValueError("the number of copies (-n) must be at least 1")
     if not command:
         raise ValueError("no command given to run")
     environ = dict(os.environ if environ is None else environ)
+    if grace is None:
+        grace = Patience.for_launch(size, resolve_option("timeout", environ)).grace
+    # We hold two pipes per copy (and a pidfd): at 150 copies, more than a soft
+    # limit of 256 allows.  The copies get the limit we were given, as under srun
+    # (the user's soft limit): each rank raises its own as far as its role needs,
+    # and a program that is not ours keeps the limit it was started with (a soft
+    # limit above 1024 breaks code that uses select()).
+    open_files = raise_open_files_limit()
+    in_the_copy = functools.partial(_die_with_parent, _given_back(open_files))
     # This process ends with the launch and runs none of the user's code: at exit,
     # spare its interpreter's last collections the 60,000 objects Dask's import left
     # (0.1 s of every launch's end).  Never in the client: see benchmarks/README.md.
@@ -118,7 +143,7 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
                 processes.append(subprocess.Popen(list(command), env=env,
                                                   stdout=subprocess.PIPE,
                                                   stderr=subprocess.PIPE,
-                                                  preexec_fn=_die_with_parent))
+                                                  preexec_fn=in_the_copy))
             except OSError as err:
                 for process in processes:
                     process.kill()
@@ -139,6 +164,11 @@ def run(size: int, command: Sequence[str], *, grace: float = 10.0,
         if notes is not None:
             shutil.rmtree(notes, ignore_errors=True)
     return status
+
+
+def _given_back(open_files: OpenFiles | None) -> int | None:
+    """The soft open-files limit to give the copies back, if we raised ours."""
+    return open_files.was if open_files is not None and open_files.raised else None
 
 
 def _terminal_vars(environ: Mapping[str, str]) -> dict[str, str]:
@@ -204,33 +234,94 @@ def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[
             signal.signal(sig, handler)
 
 
+class _Exits:
+    """The copies' ends, in the order they came, each noticed on its own: O(1) per exit.
+
+    On Linux one thread waits for all of them on their pidfds (an epoll set): a
+    copy's pidfd turns readable when it ends, and only that copy is reaped.
+    (Waiting with ``os.waitpid(-1)`` would also reap children that are not ours
+    when :func:`run` is called in-process; ``Popen.poll`` over every copy on each
+    exit made a launch O(N²).)  Where there are no pidfds (macOS, Linux < 5.3, or
+    no descriptor left), a copy gets a thread that waits for it alone.
+    """
+
+    def __init__(self, processes: Sequence[subprocess.Popen], changed: threading.Event) -> None:
+        self.order: list[int] = []  # ranks in the order they ended
+        self._ended: set[int] = set()
+        self._processes, self._changed = processes, changed
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        for rank, process in enumerate(processes):
+            pidfd = _pidfd(process)
+            if pidfd is None:
+                threading.Thread(target=self._reap, args=(rank,), daemon=True,
+                                 name=f"hpcfutures-run-reap-{rank}").start()
+            else:
+                self._selector.register(pidfd, selectors.EVENT_READ, rank)
+        if self._selector.get_map():
+            threading.Thread(target=self._wait_on_pidfds, daemon=True,
+                             name="hpcfutures-run-reaper").start()
+        else:
+            self._selector.close()
+
+    def __len__(self) -> int:
+        return len(self._ended)
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self._ended
+
+    def _wait_on_pidfds(self) -> None:
+        try:
+            while self._selector.get_map():
+                for key, _ in self._selector.select():
+                    self._selector.unregister(key.fd)
+                    os.close(key.fd)
+                    self._reap(key.data)
+        finally:
+            self._selector.close()
+
+    def _reap(self, rank: int) -> None:
+        self._processes[rank].wait()  # it has ended (pidfd): no wait
+        with self._lock:
+            if rank not in self._ended:
+                self._ended.add(rank)
+                self.order.append(rank)
+        self._changed.set()
+
+
+def _pidfd(process: subprocess.Popen) -> int | None:
+    """A pidfd for ``process`` (readable once it ends), or None where there is none."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # no pidfds here; no descriptor left
+        return None
+    if process.returncode is not None:
+        # Reaped already (``forward`` polls every copy on a signal): the pid may
+        # be another process's by now.  The caller's thread for it ends at once.
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
 def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
               signalled: list[float], changed: threading.Event) -> tuple[int, int | None]:
     """Wait for every copy; after the client ends (or a forwarded signal),
     give the others ``grace`` seconds, then SIGTERM, then SIGKILL."""
-    exits: list[int] = []  # ranks in the order they ended
+    exits = _Exits(processes, changed)
     ended_by_us: set[int] = set()
-
-    def reap(rank: int, process: subprocess.Popen) -> None:
-        process.wait()
-        exits.append(rank)
-        changed.set()
-
-    for rank, process in enumerate(processes):
-        threading.Thread(target=reap, args=(rank, process), daemon=True).start()
     grace_ends = kill_at = None
+    killed = False
     while True:
         changed.clear()
-        codes = [process.poll() for process in processes]
-        if all(code is not None for code in codes):
+        if len(exits) == len(processes):
             break
         now = time.monotonic()
-        if grace_ends is None and codes[client] is not None:
+        if grace_ends is None and client in exits:
             grace_ends = now + grace
         if signalled and (grace_ends is None or grace_ends > signalled[0] + grace):
             grace_ends = signalled[0] + grace  # a copy that ignores the signal must not hang us
         if grace_ends is not None and kill_at is None and now >= grace_ends:
-            stragglers = [r for r, code in enumerate(codes) if code is None]
+            stragglers = [rank for rank in range(len(processes)) if rank not in exits]
             why = "the signal" if signalled else "the client finished"
             print(f"hpcfutures run: rank(s) {stragglers} still running {grace:g} s after "
                   f"{why}; terminating them", file=sys.stderr)
@@ -238,20 +329,19 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
                 processes[rank].terminate()
             ended_by_us.update(stragglers)
             kill_at = now + KILL_AFTER
-        elif kill_at is not None and now >= kill_at:
-            for process in processes:
-                if process.poll() is None:
+        elif kill_at is not None and not killed and now >= kill_at:
+            for rank, process in enumerate(processes):
+                if rank not in exits:
                     process.kill()
-        next_deadline = kill_at or grace_ends
+            killed = True  # SIGKILL cannot be ignored: once is enough
+        next_deadline = None if killed else kill_at or grace_ends
         changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
     exit_codes = [process.wait() for process in processes]  # all have ended: no wait
     status = _launch_status(exit_codes, client)
     # A failure the user caused (Ctrl-C, scancel) or that we caused (ending
     # stragglers) needs no pointer; the first copy that failed on its own does.
-    order = list(exits)
-    order += [rank for rank in range(len(processes)) if rank not in order]  # reaped by poll()
     first = None if signalled or status == 0 else _failed_first(
-        order, exit_codes, client, ended_by_us)
+        exits.order, exit_codes, client, ended_by_us)
     return status, first
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import LaunchEndedError, LaunchFinished
 from .._support.config import Settings
+from .._support.limits import raise_open_files_limit
 from .._support.logs import configure_rank_logging, quiet_dask_logging
 from .._support.loop import run_until_complete
 from ..launchers.run import RunLauncher, announce_role
@@ -71,6 +72,7 @@ class Session:
                 configure_rank_logging(plan.identity.rank, plan.role.value,
                                        plan.identity.launch_id, self.environ,
                                        log_dir=self.settings.log_dir)
+                raise_open_files_limit(plan.identity.size, scheduler=plan.role is Role.SCHEDULER)
                 _sigterm_default_again()  # the serving loop routes it from here on
                 status = self._serve(plan)
             except KeyboardInterrupt:
@@ -85,6 +87,7 @@ class Session:
             return None
         if plan.role is Role.CLIENT:
             _refuse_second_client(plan)
+        raise_open_files_limit(plan.identity.size, scheduler=self.settings.scheduler_in_client)
         from .client_side import ClientSide
 
         self._client_side = ClientSide(self.settings, plan, make_bridge)
