@@ -26,6 +26,7 @@ from ._common import (
     VERDICT_OP,
     _hurry,
 )
+from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
 from .mpigroups import MEMBER_ENDS, RankGroups
 from .release import IdleRelease
@@ -83,6 +84,8 @@ class Coordinator(SchedulerPlugin):
         self.deaths = Deaths()
         #: Workers reserved for MPI tasks (mpigroups.py).
         self.groups = RankGroups()
+        #: Joins and departures, for the client's roster (cluster.py).
+        self.worker_changes = WorkerChanges()
         if expected_workers is not None:
             self.groups.capacity = lambda: expected_workers
         if not keep_serving:
@@ -98,6 +101,7 @@ class Coordinator(SchedulerPlugin):
         scheduler.handlers[AWAIT_DEATH_OP] = self._await_death
         self.deaths.install(scheduler)
         self.groups.install(scheduler)
+        self.worker_changes.install(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -120,6 +124,7 @@ class Coordinator(SchedulerPlugin):
             # scheduler's closing for a failure, and its rank would exit 1.
             scheduler.worker_send(worker, {"op": VERDICT_OP, "status": self.verdict})
         _announce_cluster(scheduler)
+        self.worker_changes.joined(scheduler, worker)
         self.groups.changed()
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
@@ -127,6 +132,7 @@ class Coordinator(SchedulerPlugin):
             self.deaths.departed_worker(worker)
             self.groups.worker_left(worker)
         _announce_cluster(scheduler, leaving=worker)
+        self.worker_changes.left(worker)
         self.groups.changed()
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
