@@ -19,6 +19,7 @@ Data flow::
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -45,6 +46,15 @@ DEATH_OP = "hpcfutures_died"
 AWAIT_DEATH_OP = "hpcfutures_await_death"
 #: Dask's own words when it gives up on a task; here that is the rule, not news.
 _DASK_GAVE_UP = "marked as failed because"
+#: How many dead workers a message names before it counts the others by cause.
+NAMED_DEATHS = 5
+#: The cause of death of a worker whose certificate never came.
+LOST = "lost"
+#: Events of a kind (deaths, failed starts) that come within this many seconds
+#: of the one before belong to one wave, logged as one line (see WaveLog) ...
+WAVE_WINDOW = 1.0
+#: ... and a wave that goes on logs its summary at least this often.
+WAVE_REPORT_EVERY = 10.0
 
 
 def lost_worker(exc: BaseException | None) -> tuple[str, str] | None:
@@ -92,13 +102,31 @@ class Deaths:
     many workers the launch can ever have (its worker ranks, or the laptop's
     local worker processes); once that many have joined or failed to start,
     and none is connected, the executor cannot run anything any more.
+
+    Built for many deaths at once (a node or a switch lost, the OOM killer
+    on a partition): every client request waits on a future of the worker it
+    asks about, so a certificate wakes only the requests that wait for it
+    (O(deaths) wake-ups in all, where one shared event woke every request at
+    every certificate: the scheduler's loop was busy for the whole wait at
+    1,000 deaths); the causes of death are counted as they come, so that the
+    "none is left" message costs the same at 10 deaths as at 10,000, and names
+    only the first few; and a wave of deaths is logged as one summary line.
     """
 
     def __init__(self) -> None:
         self.certificates: dict[str, dict[str, Any]] = {}
         self.departed: list[str] = []
+        self._departed: set[str] = set()
         self.capacity: int | None = None
-        self._news = asyncio.Event()
+        #: Worker -> the futures of the requests waiting for its certificate.
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        #: Departed workers whose certificate has not come (yet).
+        self._uncertified: set[str] = set()
+        #: Causes of the departed workers' deaths ("lost" until a certificate says).
+        self._causes: collections.Counter[str] = collections.Counter()
+        #: Set once every departed worker's certificate is in (why_none_left waits for it).
+        self._all_certified: asyncio.Future[None] | None = None
+        self._log = WaveLog(logger, "worker died", "workers died")
 
     def install(self, scheduler: Scheduler) -> None:
         scheduler.handlers[DEATH_OP] = self.record
@@ -106,14 +134,39 @@ class Deaths:
 
     def record(self, certificate: dict[str, Any]) -> str:
         worker = str(certificate.get("worker"))
+        if worker in self._uncertified:
+            self._uncertified.discard(worker)
+            self._recount(LOST, cause(certificate))
+        elif worker in self.certificates and worker in self._departed:  # a second one
+            self._recount(cause(self.certificates[worker]), cause(certificate))
         self.certificates[worker] = certificate
-        logger.warning("%s", summary(certificate))
-        self._news.set()
+        self._log.add(summary(certificate), cause(certificate))
+        for waiter in self._waiters.pop(worker, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+        if not self._uncertified and self._all_certified is not None:
+            if not self._all_certified.done():
+                self._all_certified.set_result(None)
         return "ok"
 
     def departed_worker(self, worker: str) -> None:
+        """A worker left the scheduler.  Nobody waits for a departure itself (a
+        request waits for a certificate, which may come before or after it)."""
+        if worker in self._departed:
+            return
         self.departed.append(worker)
-        self._news.set()
+        self._departed.add(worker)
+        if worker in self.certificates:
+            self._causes[cause(self.certificates[worker])] += 1
+        else:
+            self._uncertified.add(worker)
+            self._causes[LOST] += 1
+
+    def _recount(self, was: str, now: str) -> None:
+        self._causes[was] -= 1
+        if self._causes[was] <= 0:
+            del self._causes[was]
+        self._causes[now] += 1
 
     def none_left(self, present: int, joined: int, failed_to_start: int) -> bool:
         """Whether no worker can run anything any more."""
@@ -122,25 +175,56 @@ class Deaths:
         return len(self.departed) >= joined
 
     async def why_none_left(self, wait: float) -> str:
-        """Each departed worker's cause of death (waiting up to ``wait`` s in all for
-        the certificates still on their way: a watcher takes a second or two)."""
-        deadline = time.monotonic() + wait
-        for worker in self.departed:
-            await self.await_certificate(worker, max(deadline - time.monotonic(), 0.0))
+        """Why no worker is left: the first few departed workers' causes of death,
+        then the others counted by cause.  Waits up to ``wait`` s for the
+        certificates still on their way (a watcher takes a second or two).
+
+        Every request that finds no worker left asks this, so it must not cost
+        O(departed): one future says when the last missing certificate came,
+        and the causes were counted as the workers left and certified.
+        """
+        if self._uncertified and wait > 0:
+            if self._all_certified is None or self._all_certified.done():
+                self._all_certified = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._all_certified), wait)
+        named = self.departed[:NAMED_DEATHS]
         causes = [summary(self.certificates[w]) if w in self.certificates else
-                  f"the worker at {w} was lost" for w in self.departed]
+                  f"the worker at {w} was lost" for w in named]
+        rest = len(self.departed) - len(named)
+        if rest > 0:
+            others = collections.Counter(self._causes)
+            for worker in named:
+                others[cause(self.certificates[worker]) if worker in self.certificates
+                       else LOST] -= 1
+            causes.append(f"and {rest} more: {count_causes(others)}")
         return "no worker is left, and none can join this launch: " + "; ".join(causes)
 
     async def await_certificate(self, worker: str, timeout: float) -> dict[str, Any] | None:
-        deadline = time.monotonic() + timeout
-        while worker not in self.certificates:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self._news.clear()
+        """``worker``'s certificate, waiting up to ``timeout`` s for it to come.
+
+        The request waits on a future of its own, which only ``worker``'s
+        certificate completes: other deaths do not wake it."""
+        if worker in self.certificates:
+            return self.certificates[worker]
+        if timeout <= 0:
+            return None
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiters.setdefault(worker, [])
+        waiting.append(waiter)
+        try:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._news.wait(), left)
-        return self.certificates[worker]
+                await asyncio.wait_for(waiter, timeout)
+        finally:
+            if self._waiters.get(worker) is waiting:  # no certificate came: withdraw
+                waiting.remove(waiter)
+                if not waiting:
+                    del self._waiters[worker]
+        return self.certificates.get(worker)
+
+    def flush_log(self) -> None:
+        """Log the summary of a wave of deaths still held (the scheduler is closing)."""
+        self._log.flush()
 
 
 def summary(certificate: Mapping[str, Any]) -> str:
@@ -152,6 +236,116 @@ def summary(certificate: Mapping[str, Any]) -> str:
     culprit = certificate.get("culprit")
     doing = f" running {culprit['function']}" if culprit else ""
     return f"{certificate.get('who')} died{doing}: {why}"
+
+
+def cause(certificate: Mapping[str, Any]) -> str:
+    """How a worker died, in words that follow a count: ``killed by SIGSEGV``."""
+    how = certificate.get("how")
+    return (f"exited with status {certificate.get('status')}" if how == "exit" else
+            f"killed by {certificate.get('signal')}" if how == "signal" else
+            "killed from outside (SIGKILL, the OOM killer?)")
+
+
+def count_causes(causes: Mapping[str, int], most: int = 4) -> str:
+    """``990 lost, 5 killed by SIGKILL``: the commonest causes first, at most ``most``
+    of them named (a message about 10,000 workers stays one short line)."""
+    ranked = sorted(((n, why) for why, n in causes.items() if n > 0),
+                    key=lambda item: (-item[0], item[1]))
+    words = [f"{n} {why}" for n, why in ranked[:most]]
+    other = sum(n for n, _ in ranked[most:])
+    if other:
+        words.append(f"{other} for {len(ranked) - most} other reason(s)")
+    return ", ".join(words)
+
+
+class WaveLog:
+    """Log one line for an isolated event, one summary line for a wave of them.
+
+    A rack that loses power takes hundreds of workers with it; a line per
+    worker on the scheduler's console buries the one line that says what
+    happened (the client reports the consequences).  The first event logs
+    its line at WARNING at once, as an isolated one always did; the events
+    that follow it within ``WAVE_WINDOW`` s of each other are counted by
+    cause and logged together as one WARNING line once the wave is over (or
+    every ``WAVE_REPORT_EVERY`` s while it goes on): "N more workers died
+    within X s: <counts by cause>; the first few: ...".  Each folded event's
+    own line still goes to the log at INFO (a rank's log file keeps them).
+
+    Without a running event loop (nothing could log the summary later) every
+    line is logged at once.
+    """
+
+    def __init__(self, log: logging.Logger, one: str, many: str, examples: int = 3) -> None:
+        self.log, self.one, self.many, self.examples = log, one, many, examples
+        self.window, self.report_every = WAVE_WINDOW, WAVE_REPORT_EVERY
+        #: When the wave's first event (logged at once) and its latest came; None: no wave.
+        self._opened: float | None = None
+        self._latest = 0.0
+        #: The events held for the summary: their count, causes, first lines, first time.
+        self._held = 0
+        self._causes: collections.Counter[str] = collections.Counter()
+        self._lines: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, line: str, why: str) -> None:
+        now = time.monotonic()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or self._opened is None or now - self._latest > self.window:
+            self.flush()
+            self.log.warning("%s", line)
+            if loop is not None:
+                self._opened = self._latest = now
+                self._timer = loop.call_later(self.window, self._check)
+            return
+        self.log.info("%s", line)
+        self._latest = now
+        self._held += 1
+        self._causes[why] += 1
+        if len(self._lines) < self.examples:
+            self._lines.append(line)
+
+    def _check(self) -> None:
+        """Log the held summary once the wave is quiet (or has gone on long enough)."""
+        self._timer = None
+        if self._opened is None:
+            return
+        now = time.monotonic()
+        quiet = now - self._latest >= self.window
+        if quiet or now - self._opened >= self.report_every:
+            self._report()
+        if quiet:
+            self._opened = None
+            return
+        due = min(self._latest + self.window, self._opened + self.report_every)
+        self._timer = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._check)
+
+    def _report(self) -> None:
+        if not self._held:
+            return
+        assert self._opened is not None
+        what = self.one if self._held == 1 else self.many
+        spread = f"{self._held} more {what} within {self._latest - self._opened:.1f} s"
+        if self._held <= self.examples:
+            self.log.warning("%s: %s", spread, "; ".join(self._lines))
+        else:
+            self.log.warning("%s: %s; the first few: %s", spread, count_causes(self._causes),
+                             "; ".join(self._lines))
+        self._held = 0
+        self._causes.clear()
+        self._lines.clear()
+        self._opened = time.monotonic()  # the next summary counts from here
+
+    def flush(self) -> None:
+        """Log what is held now and end the wave (the next event is logged at once)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._opened is not None:
+            self._report()
+        self._opened = None
 
 
 def _not_dask_giving_up(record: logging.LogRecord) -> bool:

@@ -64,12 +64,24 @@ def world_rank(name: object) -> int | None:
 
 
 class RankGroups:
-    """The scheduler's book of reserved workers (a scheduler-side helper of the Coordinator)."""
+    """The scheduler's book of reserved workers (a scheduler-side helper of the Coordinator).
+
+    It is told of every join (:meth:`worker_joined`) and leave
+    (:meth:`worker_gone`) and keeps its own list of the MPI ranks present, so
+    that an event costs O(1) while no call waits or while the first in line
+    cannot fit even if every rank nobody holds were free; only then does it
+    rank the free workers (O(W log W): 13 ms at 10,000 workers), once per
+    event however many calls it grants.  Scanning all workers for every
+    waiting call on every join would have cost a minute of the scheduler's
+    loop over a 10,000-rank ramp with one call waiting.
+    """
 
     def __init__(self) -> None:
         self.scheduler: Scheduler | None = None
-        #: Worker address -> the call holding it.
+        #: Worker address -> the call holding it (always one of ``_ranks``).
         self.held: dict[str, str] = {}
+        #: The MPI ranks present: worker address -> world rank (not leaving).
+        self._ranks: dict[str, int] = {}
         self._grants: dict[str, dict[str, Any]] = {}
         #: Member task key -> its call, for the members still running.
         self._members: dict[str, str] = {}
@@ -86,6 +98,9 @@ class RankGroups:
 
     def install(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
+        # None: a unit test's stand-in scheduler (test_serve's has no workers).
+        for address in getattr(scheduler, "workers", {}):
+            self._note_rank(address)
         scheduler.handlers[RESERVE_OP] = self._reserve
         scheduler.handlers[RELEASE_OP] = self._release
         self._keep_held_workers_busy(scheduler)
@@ -133,6 +148,25 @@ class RankGroups:
             return dict(await asyncio.wait_for(asyncio.shield(answer), wait))
         return {"waiting": True}
 
+    def worker_joined(self, address: str) -> None:
+        """A worker joined: an MPI rank may let the first call in line go."""
+        self._note_rank(address)
+        self.changed()
+
+    def _note_rank(self, address: str) -> None:
+        assert self.scheduler is not None
+        ws = self.scheduler.workers.get(address)
+        rank = world_rank(ws.name) if ws is not None else None
+        if rank is not None:
+            self._ranks[address] = rank
+
+    def worker_gone(self, address: str) -> None:
+        """A worker left (after :meth:`worker_left` told of a running call's loss):
+        it can be granted no more, and holds nothing any more."""
+        self._ranks.pop(address, None)
+        self.held.pop(address, None)
+        self.changed()
+
     def worker_left(self, address: str) -> None:
         """A worker left: if it held a running MPI task, tell the client (its other
         members may wait for it in a collective forever: MPI's rule ends the job)."""
@@ -175,13 +209,16 @@ class RankGroups:
         return ""
 
     def _free(self) -> list[str]:
-        """Free MPI worker ranks, the least busy first."""
+        """Free MPI worker ranks, the least busy first (O(W log W): see changed)."""
         assert self.scheduler is not None
+        workers = self.scheduler.workers
         unavailable = self.unavailable()
-        free = [(len(ws.processing), world_rank(ws.name), address)
-                for address, ws in self.scheduler.workers.items()
-                if address not in self.held and address not in unavailable
-                and ws.status.name in USABLE and world_rank(ws.name) is not None]
+        free = []
+        for address, rank in self._ranks.items():
+            ws = workers.get(address)
+            if (ws is not None and address not in self.held and address not in unavailable
+                    and ws.status.name in USABLE):
+                free.append((len(ws.processing), rank, address))
         return [address for *_, address in sorted(free)]
 
     def _keep_ordinary_tasks_off(self, address: str) -> None:
@@ -201,24 +238,32 @@ class RankGroups:
             self.scheduler.check_idle_saturated(ws)
 
     def changed(self) -> None:
-        """Grant what waits, in order, while the first in line fits (workers came or left)."""
-        if self.scheduler is None:
+        """Grant what waits, in order, while the first in line fits (workers came or left).
+
+        Called on every join, leave, reservation and release, so it costs O(1)
+        unless a grant may happen: nothing when no call waits, nothing while the
+        ranks nobody holds (an upper bound on the free ones) are too few for
+        the first in line.  Otherwise the free ranks are listed once, and every
+        call granted now takes its workers from that one list.
+        """
+        if self.scheduler is None or not self._waiting:
             return
-        for address in [a for a in self.held if a not in self.scheduler.workers]:
-            del self.held[address]
+        free: list[str] | None = None
         while self._waiting:
             call, (ranks, answer) = next(iter(self._waiting.items()))
-            free = self._free()
+            if free is None:
+                if len(self._ranks) - len(self.held) < ranks:
+                    return
+                free = self._free()
             if len(free) < ranks:
                 return
             del self._waiting[call]
-            workers = free[:ranks]
+            workers, free = free[:ranks], free[ranks:]
             for address in workers:
                 self.held[address] = call
                 self._keep_ordinary_tasks_off(address)
             grant = {"workers": workers,
-                     "world_ranks": [world_rank(self.scheduler.workers[a].name)
-                                     for a in workers],
+                     "world_ranks": [self._ranks[a] for a in workers],
                      "tag": next(self._tags) % TAG_LIMIT}
             self._grants[call] = grant
             if not answer.done():

@@ -27,20 +27,72 @@ from ._common import (
     _hurry,
 )
 from .cluster import WorkerChanges
-from .deaths import AWAIT_DEATH_OP, Deaths
+from .deaths import AWAIT_DEATH_OP, Deaths, WaveLog
 from .mpigroups import MEMBER_ENDS, RankGroups
 from .release import IdleRelease
 
-__all__ = ["Coordinator", "SchedulerService"]
+__all__ = ["ClusterSize", "Coordinator", "SchedulerService"]
 
 logger = logging.getLogger("hpcfutures")
 
 
-def _announce_cluster(scheduler: Scheduler, leaving: str | None = None) -> None:
-    """Tell the clients how many workers and threads there are now (see follow_cluster)."""
-    present = [ws for address, ws in scheduler.workers.items() if address != leaving]
-    scheduler.log_event(CLUSTER_TOPIC, {"workers": len(present),
-                                        "threads": sum(ws.nthreads for ws in present)})
+class ClusterSize:
+    """How many workers and threads the launch has now, told to the clients.
+
+    The client sizes its maps from this (see ``follow_cluster``).  Counting
+    ``scheduler.workers`` on every join and leave made a 10,000-rank ramp
+    O(W²) (3 s of the scheduler's loop over the joins, 5 s over the leaves):
+    here the totals are running sums kept on each join and leave, with each
+    worker's threads remembered from its join (a leaving worker is counted out
+    at once, whether or not Dask still lists it).  A burst of joins or leaves
+    within one turn of the event loop (a herd registering, a node lost) is
+    announced once, at the end of that turn, with the totals then: the
+    clients see the same final numbers, as promptly, and one event instead of
+    one per worker.
+    """
+
+    def __init__(self) -> None:
+        self.threads_of: dict[str, int] = {}
+        self.workers = 0
+        self.threads = 0
+        self._scheduler: Scheduler | None = None
+        self._pending = False
+
+    def joined(self, scheduler: Scheduler, worker: str) -> None:
+        ws = scheduler.workers.get(worker)
+        if ws is None or worker in self.threads_of:
+            return
+        self.threads_of[worker] = ws.nthreads
+        self.workers += 1
+        self.threads += ws.nthreads
+        self._announce(scheduler)
+
+    def left(self, scheduler: Scheduler, worker: str) -> None:
+        threads = self.threads_of.pop(worker, None)
+        if threads is None:
+            return
+        self.workers -= 1
+        self.threads -= threads
+        self._announce(scheduler)
+
+    def _announce(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        if self._pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # nothing to announce later from: at once
+            self.announce_now()
+            return
+        self._pending = True
+        loop.call_soon(self.announce_now)
+
+    def announce_now(self) -> None:
+        """Log the cluster event with the totals as they are now."""
+        self._pending = False
+        if self._scheduler is not None:
+            self._scheduler.log_event(CLUSTER_TOPIC, {"workers": self.workers,
+                                                      "threads": self.threads})
 
 
 class Coordinator(SchedulerPlugin):
@@ -80,6 +132,10 @@ class Coordinator(SchedulerPlugin):
         #: Why no worker will come, once that is so; the client is told.
         self.hopeless: str | None = None
         self._workers_changed = asyncio.Event()
+        #: The workers and threads present, announced to the clients.
+        self.size = ClusterSize()
+        #: One line for a failed start, one summary for a wave of them.
+        self._startup_log = WaveLog(logger, "worker failed to start", "workers failed to start")
         #: Dead workers' certificates, and whether any worker is left (deaths.py).
         self.deaths = Deaths()
         #: Workers reserved for MPI tasks (mpigroups.py).
@@ -105,6 +161,11 @@ class Coordinator(SchedulerPlugin):
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
+    async def close(self) -> None:
+        """The scheduler closes: log the summaries that waves still hold."""
+        self.deaths.flush_log()
+        self._startup_log.flush()
+
     def _register(self, client: str) -> str:
         if self.keep_serving:
             self.clients.add(client)
@@ -123,17 +184,19 @@ class Coordinator(SchedulerPlugin):
             # It joined after the end: without the verdict it would take the
             # scheduler's closing for a failure, and its rank would exit 1.
             scheduler.worker_send(worker, {"op": VERDICT_OP, "status": self.verdict})
-        _announce_cluster(scheduler)
+        self.size.joined(scheduler, worker)
         self.worker_changes.joined(scheduler, worker)
-        self.groups.changed()
+        self.groups.worker_joined(worker)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        # Dask may call this before or after it drops the worker from
+        # scheduler.workers: neither count here looks there.
         if self.verdict is None:
             self.deaths.departed_worker(worker)
             self.groups.worker_left(worker)
-        _announce_cluster(scheduler, leaving=worker)
+        self.size.left(scheduler, worker)
         self.worker_changes.left(worker)
-        self.groups.changed()
+        self.groups.worker_gone(worker)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group
@@ -141,10 +204,11 @@ class Coordinator(SchedulerPlugin):
 
     async def _await_death(self, worker: str, timeout: float) -> dict[str, Any]:
         """A dead worker's certificate (waiting up to ``timeout`` s for its watcher),
-        and why no worker is left, if none is."""
+        and why no worker is left, if none is.
+
+        Asked once per dead worker: O(1) each, however many workers there are."""
         certificate = (await self.deaths.await_certificate(worker, timeout)) if worker else None
-        assert self.scheduler is not None
-        present = sum(address != worker for address in self.scheduler.workers)
+        present = self.size.workers - (worker in self.size.threads_of)
         none_left = None
         if self.deaths.none_left(present, self.joined, len(self.startup_failures)):
             none_left = await self.deaths.why_none_left(timeout)
@@ -154,7 +218,8 @@ class Coordinator(SchedulerPlugin):
         """A worker rank could not start (a setting only it could reject, say)."""
         text = f"{who} failed to start: {why}"
         self.startup_failures.append(text)
-        logger.warning("%s", text)
+        # A broken module path or a full /tmp fails every rank of a node at once.
+        self._startup_log.add(text, why.splitlines()[0][:200] if why else "no reason given")
         expected = self.expected_workers
         failed = len(self.startup_failures)
         if self.hopeless is None and (failed >= expected if expected else self.joined == 0):
