@@ -189,3 +189,25 @@ def test_the_scale_harness_runs_small_and_prints_its_table(tmp_path):
                 "scheduler descriptors", "scheduler-file reads", "map done after killing",
                 "shutdown"):
         assert row in job.stdout, job
+
+
+def test_a_result_lost_with_its_worker_before_it_was_fetched_runs_again():
+    """Found by the harness at 500 workers: a finished result whose worker died in
+    a wave before the client fetched it came back from the one-by-one gather as
+    Dask's KilledWorker and failed the user's map, where a task lost while
+    running is sent again (recovery.py)."""
+    from distributed.scheduler import KilledWorker
+
+    from hpcfutures._facade.completions import Completions
+    from hpcfutures._facade.futures import TaskFuture
+
+    class Client:
+        async def gather(self, what):
+            raise KilledWorker("hpcf-1-work-0", types.SimpleNamespace(address="tls://w"), 0)
+
+    completions = Completions(Client(), lost=lambda: None)
+    taken = []
+    completions.recover = lambda dask_future, future, exc: taken.append(exc) or True
+    future = TaskFuture()
+    asyncio.run(completions._gather_one_by_one([(object(), future)]))
+    assert not future.done() and isinstance(taken[0], KilledWorker)

@@ -115,6 +115,11 @@ class Completions:
             try:
                 value = await self._client.gather(dask_future)
             except Exception as err:
+                # A finished result whose worker died before it was fetched: Dask
+                # computes it again, and may find it lost once more (its worker
+                # died in the same wave): recovery decides, as for any lost task.
+                if self.recover is not None and self.recover(dask_future, future, err):
+                    continue
                 settle(future, exception=_as_serialization_error(restore_traceback(err)))
             else:
                 settle(future, result=value)

@@ -71,7 +71,9 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
             memory_limit=settings.memory_limit or identity.memory_limit,
             host=host,
             interface=interface,
-            timeout=timeout,
+            # Dask's death_timeout: the join must be done by then.  A large
+            # launch's joins queue at its one scheduler.
+            timeout=timeout + patience.herd,
             security=security,
             watch=watch,
         )
