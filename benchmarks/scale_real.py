@@ -35,6 +35,16 @@ Dask on 2 cores take most of them).
 
 The exit status is 1 if a launcher that could run did not end ``ok`` with
 nothing left behind.
+
+Every rank gets this process's environment, so a Dask setting can be tried on
+all of them at once.  150 ranks on 2 cores is 75 processes a core, where a
+cluster gives each rank its own: an idle Dask worker's own timers (its
+profiler samples every 10 ms, its event-loop tick every 20 ms) cost ~2.4 % of
+a core here, so 148 idle workers alone want ~3.5 cores, and the scheduler's
+event loop gets ~1/150 of the machine.  Compare with::
+
+    DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False \\
+    DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s python benchmarks/scale_real.py
 """
 
 from __future__ import annotations
