@@ -751,6 +751,30 @@ def test_timings_are_set_unless_the_user_set_them():
         assert dask.config.get(key) == "45s"
 
 
+def test_an_idle_worker_neither_profiles_nor_ticks_fifty_times_a_second():
+    """An idle worker's own timers cost ~2.4 % of a core each: a scheduler sharing
+    a node with 150 ranks (or a harness hosting 2,000) starved for CPU."""
+    from hpcfutures._dask import tuning
+
+    keys = ("distributed.worker.profile.enabled", "distributed.admin.tick.interval")
+    with seam("dask.config: distributed.worker.profile.enabled, distributed.admin.tick"):
+        assert tuning._dask_default(keys[0]) is True
+        assert tuning._dask_default(keys[1]) == "20ms"
+    with dask.config.set({key: tuning._dask_default(key) for key in keys}):
+        tuning.apply()
+        assert dask.config.get(keys[0]) is False and dask.config.get(keys[1]) == "500ms"
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            (worker,) = cluster.workers
+            dask_worker = worker._worker
+            with seam("Worker.periodic_callbacks['profile'] only with profiling on"):
+                assert "profile" not in dask_worker.periodic_callbacks
+            assert dask_worker.periodic_callbacks["tick"].callback_time == 500
+
+    run(scenario())
+
+
 
 
 def test_without_retries_the_scheduler_keeps_no_queue():

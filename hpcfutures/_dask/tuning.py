@@ -34,6 +34,18 @@ SETTINGS: dict[str, Any] = {
     # congested link or a switch's failover; a busy or frozen process does
     # not count, since its kernel keeps answering.
     "distributed.comm.timeouts.tcp": "20s",
+    # [True] Each worker samples every thread's stack 100 times a second for
+    # the dashboard's profile page, which hpcfutures does not serve unless
+    # asked (dashboard=True; set this back to True then, to fill that page).
+    # An idle worker's timers cost ~2.4 % of a core on a busy node, mostly
+    # this: a core per 40 worker ranks, taken from the user's calls, and on
+    # an oversubscribed node from the one scheduler that every rank needs
+    # (benchmarks/scale_real.py, benchmarks/scale.py).
+    "distributed.worker.profile.enabled": False,
+    # [20ms] The event loop's health check: a tick that comes more than
+    # "distributed.admin.tick.limit" (3 s) late is still reported, 50 wake-ups
+    # a second per process become 2.
+    "distributed.admin.tick.interval": "500ms",
 }
 #: ``distributed.scheduler.worker-ttl`` stays at Dask's 5 minutes: the only
 #: cost of a long TTL is the wait for a frozen worker, and a shorter one
