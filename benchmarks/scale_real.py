@@ -37,14 +37,14 @@ The exit status is 1 if a launcher that could run did not end ``ok`` with
 nothing left behind.
 
 Every rank gets this process's environment, so a Dask setting can be tried on
-all of them at once.  150 ranks on 2 cores is 75 processes a core, where a
-cluster gives each rank its own: an idle Dask worker's own timers (its
-profiler samples every 10 ms, its event-loop tick every 20 ms) cost ~2.4 % of
-a core here, so 148 idle workers alone want ~3.5 cores, and the scheduler's
-event loop gets ~1/150 of the machine.  Compare with::
-
-    DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False \\
-    DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s python benchmarks/scale_real.py
+all of them at once (``DASK_...`` variables).  150 ranks on 2 cores is 75
+processes a core, where a cluster gives each rank its own: with Dask's
+defaults an idle worker's own timers (its profiler sampling every 10 ms, its
+event-loop tick every 20 ms) cost ~2.4 % of a core here, so 148 idle workers
+alone wanted ~3.5 cores, the scheduler's event loop got ~1/150 of the machine,
+and joins and the client's calls timed out.  hpcfutures now turns the
+profiler off and ticks every 500 ms (``hpcfutures/_dask/tuning.py``, since
+commit c937527): run this at a commit before it to see the difference.
 """
 
 from __future__ import annotations
