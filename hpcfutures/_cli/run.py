@@ -19,6 +19,7 @@ import ctypes
 import functools
 import gc
 import os
+import resource
 import secrets
 import selectors
 import shutil
@@ -50,20 +51,17 @@ __all__ = ["run"]
 KILL_AFTER = 5.0
 
 
-def _die_with_parent(open_files: int | None = None) -> None:  # pragma: no cover - child
-    """Ask Linux to send SIGTERM to this child if ``hpcfutures run`` dies; give it back
-    the soft open-files limit ``open_files`` the user started us with (see :func:`run`)."""
+def _die_with_parent(open_files: tuple[int, int] | None = None) -> None:  # pragma: no cover
+    """In the child: ask Linux to send it SIGTERM if ``hpcfutures run`` dies; give it
+    back the open-files limits (soft, hard) the user started us with (see :func:`run`)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if open_files is not None:
-        import resource
-
+    if open_files is not None:  # no import here: another thread may hold its lock
         with contextlib.suppress(OSError, ValueError):
-            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
     os.setpgrp()  # Ctrl-C reaches the copies once, through us
 
 
@@ -166,9 +164,12 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
     return status
 
 
-def _given_back(open_files: OpenFiles | None) -> int | None:
-    """The soft open-files limit to give the copies back, if we raised ours."""
-    return open_files.was if open_files is not None and open_files.raised else None
+def _given_back(open_files: OpenFiles | None) -> tuple[int, int] | None:
+    """The open-files limits to give the copies back, if we raised ours."""
+    if open_files is None or not open_files.raised:
+        return None
+    hard = resource.RLIM_INFINITY if open_files.hard is None else open_files.hard
+    return open_files.was, hard
 
 
 def _terminal_vars(environ: Mapping[str, str]) -> dict[str, str]:
