@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import dask
 import pytest
@@ -763,6 +765,10 @@ def test_an_idle_worker_neither_profiles_nor_ticks_fifty_times_a_second():
     with dask.config.set({key: tuning._dask_default(key) for key in keys}):
         tuning.apply()
         assert dask.config.get(keys[0]) is False and dask.config.get(keys[1]) == "500ms"
+    with dask.config.set({keys[0]: True}), mock.patch.dict(
+            os.environ, {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "True"}):
+        tuning.apply()  # the user's own True, though it is Dask's default
+        assert dask.config.get(keys[0]) is True
 
     async def scenario() -> None:
         async with live(workers=1) as cluster:

@@ -20,6 +20,7 @@ bytecodes, or while it waits in C code that releases the GIL).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import dask.config
@@ -36,7 +37,8 @@ SETTINGS: dict[str, Any] = {
     "distributed.comm.timeouts.tcp": "20s",
     # [True] Each worker samples every thread's stack 100 times a second for
     # the dashboard's profile page, which hpcfutures does not serve unless
-    # asked (dashboard=True; set this back to True then, to fill that page).
+    # asked (with dashboard=True, DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True
+    # fills that page: see apply()).
     # An idle worker's timers cost ~2.4 % of a core on a busy node, mostly
     # this: a core per 40 worker ranks, taken from the user's calls, and on
     # an oversubscribed node from the one scheduler that every rank needs
@@ -58,9 +60,21 @@ def _dask_default(key: str) -> Any:
     return dask.config.get(key, config=dask.config.merge(*dask.config.defaults))
 
 
+def _named_in_environment(key: str) -> bool:
+    """Whether a ``DASK_`` variable sets ``key`` (Dask reads them into its config)."""
+    wanted = "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+    return any(name.upper().replace("-", "_") == wanted for name in os.environ)
+
+
 def apply() -> None:
-    """Set :data:`SETTINGS` in this process, except those the user has set."""
+    """Set :data:`SETTINGS` in this process, except those the user has set.
+
+    A value other than Dask's default is the user's; so is one that a ``DASK_``
+    variable gives, even when it equals Dask's default (``...PROFILE__ENABLED=True``
+    turns Dask's profiler back on, which a value equal to the default in a
+    config file cannot: Dask does not say where a value came from)."""
     ours = {key: value for key, value in SETTINGS.items()
-            if dask.config.get(key, None) == _dask_default(key)}
+            if dask.config.get(key, None) == _dask_default(key)
+            and not _named_in_environment(key)}
     if ours:
         dask.config.set(ours)

@@ -68,6 +68,12 @@ class Completions:
     async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
         exception = await dask_future.exception()
         status = dask_future.status
+        while status == "lost":
+            # Finished, then its result was lost with its worker before this
+            # coroutine ran (a wave of deaths): Dask computes it again, as the
+            # client still holds it.  Not a lost scheduler.
+            exception = await dask_future.exception()
+            status = dask_future.status
         if status == "finished":
             self._ready.append((dask_future, future))
             if not self._gathering:

@@ -92,6 +92,33 @@ class _DropTornadoCancelledHandshake(logging.Filter):
         return not in_tornado_close
 
 
+class _DropAbandonedHandshake(logging.Filter):
+    """A connection whose peer gave up before the TLS handshake, accepted late.
+
+    A probe or knock that times out closes its connection; a scheduler busy with
+    a large launch's joins accepts it later, and its TLS handshake then fails.
+    Dask logs that at WARNING (dropped above); two other paths print a whole
+    traceback: tornado's accept handler (``Closed before TLS handshake``,
+    ``ENOTCONN``), and Dask's handshake-failure path once the listener has
+    stopped (``invalid operation on non-started TCPListener``, at the end of a
+    launch).  Nothing was lost: the peer had already given up, and asked again.
+    """
+
+    REASONS = ("Closed before TLS handshake", "invalid operation on non-started TCPListener",
+               "Transport endpoint is not connected")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None or record.exc_info[1] is None:
+            return True
+        error: BaseException | None = record.exc_info[1]
+        while error is not None:
+            if isinstance(error, (OSError, ValueError)) and any(
+                    reason in str(error) for reason in self.REASONS):
+                return False
+            error = error.__context__
+        return True
+
+
 def quiet_dask_logging(environ=os.environ) -> None:
     """Apply hpcfutures' default level to Dask's loggers (idempotent)."""
     level = environ.get("HPCFUTURES_DASK_LOG_LEVEL", "WARNING").upper()
@@ -106,6 +133,10 @@ def quiet_dask_logging(environ=os.environ) -> None:
     loop_reports = logging.getLogger("asyncio")
     if not any(isinstance(f, _DropTornadoCancelledHandshake) for f in loop_reports.filters):
         loop_reports.addFilter(_DropTornadoCancelledHandshake())
+    for name in ("asyncio", "tornado.application"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _DropAbandonedHandshake) for f in target.filters):
+            target.addFilter(_DropAbandonedHandshake())
 
 
 def quiet_for_shutdown() -> None:
