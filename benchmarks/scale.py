@@ -12,7 +12,7 @@ launcher's variables); the N workers are hosted many to a process
 worker ranks start first and wait for the scheduler file for ``--wait-first``
 seconds (the ranks of a real launch wait while the scheduler's rank imports
 Dask); then the scheduler and the client start, every rank joins, the client
-maps ``3 N`` calls of ``--seconds`` s, and once its first result is in one
+maps ``2 N`` calls of ``--seconds`` s, and once its first result is in one
 hosting process is killed with SIGKILL: ``1/--hosts`` of the workers (10 %)
 at once.  The client leaves when the map is done.
 
@@ -36,7 +36,10 @@ Figures (one row each, ``ours / Dask`` per N):
   ``json_load_robust``; measured once, the same at every N);
 - after the kill: from the SIGKILL to the map's last result, s;
 - results right, and the ranks that ended otherwise than with the launch;
-- shutdown: from the client leaving its block to every process gone, s;
+- shutdown: from the client leaving its block to the scheduler's process gone,
+  and to every process gone, s (a hosting process closes its hundreds of
+  workers one after another on a shared core, where a real launch closes
+  each on its own: the second figure is the harness's more than the launch's);
 - log lines: what the scheduler and the client printed (a wave of deaths
   should be one summary line, not one per worker).
 """
@@ -125,7 +128,7 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
     credentials = work / "credentials.json"
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path,
-           "SCALE_CALLS": str(3 * workers), "SCALE_SECONDS": str(args.seconds),
+           "SCALE_CALLS": str(args.calls_per_worker * workers), "SCALE_SECONDS": str(args.seconds),
            "SCALE_WORKERS": str(workers)}
     env.pop("HPCFUTURES_LOG_DIR", None)
     launch = {"HPCFUTURES_SIZE": str(workers + 2),
@@ -172,8 +175,11 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
                             str(credentials)], env, args.soft_nofile, work / f"{tag}-client.log")
         others.append(client)
         figures.update(_follow(client, scheduler, scheduler_file, hosts, args))
+        leaving = figures.pop("leaving")
+        scheduler_gone = _wait_all([scheduler], args.timeout)
         ended = _wait_all(hosts[1:] + others, args.timeout)
-        figures["shutdown"] = ended - figures.pop("leaving") if ended else None
+        figures["scheduler_gone"] = scheduler_gone - leaving if scheduler_gone else None
+        figures["shutdown"] = ended - leaving if ended else None
         figures["client_status"] = client.returncode
         figures["scheduler_status"] = scheduler.returncode
     finally:
@@ -320,6 +326,7 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
         ("map done after killing 10 % of the workers, s", cell(num("after_kill"))),
         ("every result right", cell(right)),
         ("surviving ranks that ended otherwise than with the launch", cell(left)),
+        ("shutdown: client leaves -> scheduler gone, s", cell(num("scheduler_gone", ".2f"))),
         ("shutdown: client leaves -> every process gone, s", cell(num("shutdown", ".2f"))),
         ("log lines, scheduler+client", cell(logs)),
     ]
@@ -335,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=10,
                         help="processes hosting the workers (one is killed: 1/HOSTS of them)")
     parser.add_argument("--seconds", type=float, default=1.0, help="each call's duration")
+    parser.add_argument("--calls-per-worker", type=int, default=2,
+                        help="the map's calls: this many per worker")
     parser.add_argument("--wait-first", type=float, default=13.0,
                         help="seconds the worker ranks wait before the scheduler starts")
     parser.add_argument("--soft-nofile", type=int, default=1024)

@@ -277,3 +277,36 @@ def test_a_handshake_its_peer_gave_up_prints_no_traceback(caplog):
         report("tornado.application", ValueError("invalid operation on non-started TCPListener"))
         report("tornado.application", ValueError("something else"))
     assert [r.exc_info[1].args[0] for r in caplog.records] == ["something else"]
+
+
+def test_a_joining_workers_check_is_a_tcp_connection_the_scheduler_takes_quietly(caplog):
+    """While its join is pending a worker asks whether the scheduler's port still
+    listens: a TCP connection, not a TLS handshake (~2 ms of the scheduler's CPU
+    each, times every pending join), which the scheduler drops without a word."""
+    from helpers import closed_port
+
+    from hpcfutures import _dask
+    from hpcfutures._support.logs import quiet_dask_logging
+    from hpcfutures._support.security import new_credentials
+
+    quiet_dask_logging({})
+
+    async def scenario() -> None:
+        security = _dask.make_security(new_credentials())
+        service = await _dask.SchedulerService(host="127.0.0.1", interface=None,
+                                               security=security).start()
+        try:
+            with caplog.at_level(logging.INFO):
+                knocks = [await _dask.listening(service.address, 5) for _ in range(20)]
+                # A TLS handshake after them: the scheduler's loop has taken those
+                # connections (and said whatever it had to say) by its end.
+                assert await _dask.probe(service.address, 5, security)
+            assert set(knocks) == {_dask.Knock.ANSWERED}
+        finally:
+            await service.close()
+        closed = await _dask.listening(f"tls://127.0.0.1:{closed_port()}", 5)
+        assert closed is _dask.Knock.REFUSED
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert noisy == [], [r.getMessage() for r in noisy]

@@ -59,8 +59,9 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
     security = _dask.make_security(info.security)
 
     async def answers() -> bool | None:
-        """True: the scheduler answers; None: nobody listens there any more."""
-        knock = await _dask.knock(info.address, patience.knock_timeout, security)
+        """True: the scheduler answers; None: nobody listens there any more.  (Its
+        TLS answered the probe already: whether the port still listens is enough.)"""
+        knock = await _dask.listening(info.address, patience.knock_timeout)
         return None if knock is _dask.Knock.REFUSED else knock is _dask.Knock.ANSWERED
 
     try:
