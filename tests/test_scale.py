@@ -222,8 +222,10 @@ def test_a_result_lost_before_it_was_looked_at_is_awaited_again_not_a_lost_sched
 
     class DaskFuture:
         key = "hpcf-1-work-0"
-        statuses = ["lost", "lost", "finished"]
         status = "lost"
+
+        def __init__(self):
+            self.statuses = ["lost", "lost", "finished"]
 
         async def exception(self):
             self.status = self.statuses.pop(0) if self.statuses else "finished"
