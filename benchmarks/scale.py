@@ -16,6 +16,10 @@ maps ``2 N`` calls of ``--seconds`` s, and once its first result is in one
 hosting process is killed with SIGKILL: ``1/--hosts`` of the workers (10 %)
 at once.  The client leaves when the map is done.
 
+The hosting processes run at a lower priority (``nice 10``): on a cluster
+the scheduler and the client have cores of their own, here they share two
+with the processes that host the workers.
+
 The same N, process layout, map and kill run on Dask alone (its scheduler
 started as ``dask scheduler`` starts it, TLS, its ``Worker``s, its
 ``Client``), so that what is Dask's and what is hpcfutures' shows.
@@ -107,10 +111,12 @@ def descriptors(pid: int) -> int:
 
 
 def start(command: list[str], env: dict[str, str], soft_nofile: int, log: Path,
-          stdout: bool = True) -> subprocess.Popen[str]:
+          stdout: bool = True, nice: int = 0) -> subprocess.Popen[str]:
     def limit() -> None:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft_nofile, hard), hard))
+        if nice:
+            os.nice(nice)
 
     return subprocess.Popen(command, cwd=ROOT, env=env, text=True, preexec_fn=limit,
                             stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
@@ -146,7 +152,10 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
                    "--launch-id", launch["HPCFUTURES_LAUNCH_ID"], "--scheduler-file",
                    str(scheduler_file), "--credentials", str(credentials), "--timeout",
                    str(args.timeout), "--report", str(report)]
-        hosts.append(start(command, env, args.soft_nofile, work / f"{tag}-host{k}.log"))
+        # Niced: on a cluster the scheduler and the client have cores of their own,
+        # here they share two with the hosting processes, which must not starve them.
+        hosts.append(start(command, env, args.soft_nofile, work / f"{tag}-host{k}.log",
+                           nice=10))
         first += count
     others: list[subprocess.Popen[str]] = []
     figures: dict[str, Any] = {"side": side, "workers": workers}

@@ -84,7 +84,8 @@ async def host_hpcfutures(args: argparse.Namespace) -> dict[str, Any]:
             waiting_since[number] = time.monotonic()
             looks(number)
             info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
-                                        patience=Patience.for_launch(args.size, timeout))
+                                        patience=Patience.for_launch(args.size, timeout),
+                                        spread=True)
             found_at[number] = time.monotonic()
             status = await join_and_serve(_dask, settings, plan, info, host, interface,
                                           timeout, stop, watch=False)

@@ -56,6 +56,7 @@ from .deaths import death_certificate, lost_worker, report_death
 from .initializer import register_initializer
 from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
 from .scheduler import Coordinator, SchedulerService
+from .tuning import patient_connects
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error
 
@@ -83,6 +84,7 @@ __all__ = [
     "listening",
     "lost_worker",
     "make_security",
+    "patient_connects",
     "probe",
     "register_initializer",
     "release_ranks",

@@ -24,8 +24,9 @@ import os
 from typing import Any
 
 import dask.config
+from dask.utils import parse_timedelta
 
-__all__ = ["SETTINGS", "apply"]
+__all__ = ["SETTINGS", "apply", "patient_connects"]
 
 #: hpcfutures' values, and why (Dask's defaults in brackets).
 SETTINGS: dict[str, Any] = {
@@ -78,3 +79,18 @@ def apply() -> None:
             and not _named_in_environment(key)}
     if ours:
         dask.config.set(ours)
+
+
+def patient_connects(seconds: float) -> None:
+    """Give Dask's connections at least ``seconds`` to be accepted (a large launch).
+
+    A worker's registration is a connection to the scheduler, which Dask gives
+    ``distributed.comm.timeouts.connect`` (30 s) before the worker fails to
+    start; thousands of joins queue at one scheduler.  Never shortened, and a
+    value the user set is kept."""
+    key = "distributed.comm.timeouts.connect"
+    current = dask.config.get(key, None)
+    if current != _dask_default(key) or _named_in_environment(key):
+        return
+    if seconds > parse_timedelta(current):
+        dask.config.set({key: f"{seconds:.0f}s"})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from types import ModuleType
 
 from .._errors import LaunchFinished, StartupTimeoutError
@@ -39,17 +40,25 @@ SILENT_AGAIN_AFTER = 0.1
 
 
 async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: float, *,
-                         may_be_late: bool = False,
-                         patience: Patience | None = None) -> SchedulerInfo:
+                         may_be_late: bool = False, patience: Patience | None = None,
+                         spread: bool = False) -> SchedulerInfo:
     """Look the scheduler up and make sure it answers; skip stale entries until the deadline.
 
     ``may_be_late``: a worker, which may start after the launch ended (the
     client never can); see :attr:`AddressExchange.silence_means_finished`.
     ``patience``: the launch's waits (a probe's timeout grows with its size).
+    ``spread``: once the address is known, wait a random part of
+    :attr:`Patience.herd` before the probe (and so the join).  Every waiting
+    rank learns the address in the same second (the file appears, the
+    broadcast arrives); spread over the time the scheduler needs to hear them
+    all, their handshakes arrive about as fast as it can take them, instead of
+    thousands queueing at once behind its one event loop until their
+    connections time out (Dask's connect gives up after 30 s).
     """
     patience = patience or Patience(timeout=timeout)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    spread_over = patience.herd if spread else 0.0
     refused: SchedulerInfo | None = None
     refusals = 0
     silent_pause = SILENT_AGAIN_AFTER
@@ -65,6 +74,10 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
         if remaining <= 0:
             raise StartupTimeoutError(_never_answered(exchange, timeout, refused, last_silent))
         info = await exchange.lookup_async(remaining, stale=refused)
+        if spread_over:
+            await asyncio.sleep(min(random.uniform(0.0, spread_over),
+                                    max(deadline - loop.time(), 0.0)))
+            spread_over = 0.0
         security = _dask.make_security(info.security)
         remaining = max(deadline - loop.time(), 0.1)
         knock = await _dask.knock(info.address, min(patience.probe_timeout, remaining), security)

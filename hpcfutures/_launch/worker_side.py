@@ -31,7 +31,7 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     identity = plan.identity
     patience = Patience.for_launch(identity.size, timeout)
     info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
-                                patience=patience)
+                                patience=patience, spread=True)
     if identity.gpus is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
@@ -57,6 +57,7 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
     identity = plan.identity
     patience = Patience.for_launch(identity.size, timeout)
     security = _dask.make_security(info.security)
+    _dask.patient_connects(30.0 + 3 * patience.herd)
 
     async def answers() -> bool | None:
         """True: the scheduler answers; None: nobody listens there any more.  (Its
