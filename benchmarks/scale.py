@@ -12,7 +12,7 @@ launcher's variables); the N workers are hosted many to a process
 worker ranks start first and wait for the scheduler file for ``--wait-first``
 seconds (the ranks of a real launch wait while the scheduler's rank imports
 Dask); then the scheduler and the client start, every rank joins, the client
-maps ``2 N`` calls of ``--seconds`` s, and once its first result is in one
+maps ``2 N`` calls of ``--seconds`` s, and half a call into the map one
 hosting process is killed with SIGKILL: ``1/--hosts`` of the workers (10 %)
 at once.  The client leaves when the map is done.
 
@@ -240,7 +240,9 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             out["ready"] = when - published
             out["cpu_since_publish"] = cpu_seconds(scheduler.pid) - cpu_at_publish
             out["fds"] = max(out["fds"], descriptors(scheduler.pid))
-        elif what == "FIRST":
+        elif what == "MAPPING":
+            # Half a call into the map: every worker runs its first call.
+            time.sleep(max(when + args.seconds / 2 - time.time(), 0.0))
             os.killpg(hosts[0].pid, signal.SIGKILL)
             out["killed_at"] = time.time()
         elif what == "DONE":

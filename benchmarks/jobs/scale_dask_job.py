@@ -32,6 +32,7 @@ scheduler_file, credentials = sys.argv[1], Path(sys.argv[2])
 client = Client(scheduler_file=scheduler_file, security=dask_security(credentials), timeout=60)
 client.wait_for_workers(WORKERS, timeout=600)
 say("READY")
+say("MAPPING")
 wrong = 0
 futures = client.map(work, range(CALLS), pure=False)
 for n, future in enumerate(futures):

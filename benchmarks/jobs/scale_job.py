@@ -5,7 +5,7 @@ launch (``HPCFUTURES_RANK``/``SIZE``/``LAUNCH_ID``, the scheduler file in
 ``HPCFUTURES_SCHEDULER_FILE``); the worker ranks are hosted elsewhere
 (``scale_hosts.py``).  Rank 0 serves; rank 1 waits until every worker has
 joined, runs a map, and prints when each phase happened (``time.time()``)
-for the harness, which kills 10 % of the workers after the first result.
+for the harness, which kills 10 % of the workers while the first calls run.
 
     SCALE_CALLS=6000 SCALE_SECONDS=1.0 python benchmarks/jobs/scale_job.py
 """
@@ -37,6 +37,7 @@ with hpcfutures.Executor() as ex:
     while bridge.workers_now(60) < WORKERS:
         time.sleep(0.05)
     say("READY")
+    say("MAPPING")
     wrong = 0
     for n, result in enumerate(ex.map(work, range(CALLS))):
         if n == 0:
