@@ -155,7 +155,7 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
         # Niced: on a cluster the scheduler and the client have cores of their own,
         # here they share two with the hosting processes, which must not starve them.
         hosts.append(start(command, env, args.soft_nofile, work / f"{tag}-host{k}.log",
-                           nice=10))
+                           nice=args.nice))
         first += count
     others: list[subprocess.Popen[str]] = []
     figures: dict[str, Any] = {"side": side, "workers": workers}
@@ -358,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-first", type=float, default=13.0,
                         help="seconds the worker ranks wait before the scheduler starts")
     parser.add_argument("--soft-nofile", type=int, default=1024)
+    parser.add_argument("--nice", type=int, default=10,
+                        help="niceness of the hosting processes (0: as the scheduler)")
     parser.add_argument("--timeout", type=float, default=60.0, help="the launch's timeout")
     parser.add_argument("--only", choices=SIDES, help="run one side only")
     parser.add_argument("--json", type=Path, help="write every figure here")
