@@ -50,7 +50,6 @@ from .cluster import (
     worker_changes,
     worker_facts,
     worker_names,
-    worker_places,
 )
 from .deaths import death_certificate, lost_worker, report_death
 from .initializer import register_initializer
@@ -103,5 +102,4 @@ __all__ = [
     "worker_changes",
     "worker_facts",
     "worker_names",
-    "worker_places",
 ]

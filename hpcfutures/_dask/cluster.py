@@ -33,7 +33,6 @@ __all__ = [
     "worker_changes",
     "worker_facts",
     "worker_names",
-    "worker_places",
 ]
 
 T = TypeVar("T")
@@ -157,12 +156,6 @@ async def worker_facts(client: Client) -> dict[str, WorkerFacts]:
 async def worker_names(client: Client) -> dict[str, str]:
     """Every connected worker's name, by address."""
     return {address: str(info["name"])
-            for address, info in (await _workers_identity(client)).items()}
-
-
-async def worker_places(client: Client) -> dict[str, WorkerPlace]:
-    """Every connected worker's name and host, by address."""
-    return {address: WorkerPlace(str(info["name"]), info.get(HOST_KEY) or info.get("host"))
             for address, info in (await _workers_identity(client)).items()}
 
 
