@@ -51,6 +51,7 @@ Figures (one row each, ``ours / Dask`` per N):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -285,7 +286,9 @@ def dask_file_reads(seconds: float = 3.0) -> float:
 
     utils.os.path.exists = counted  # type: ignore[attr-defined]
     try:
-        with contextlib.suppress(TimeoutError):
+        # Before Python 3.11 asyncio's TimeoutError, which distributed raises here, was its own
+        # class, not the builtin one.
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
             utils.json_load_robust("/nonexistent/hpcfutures-scale.json", timeout=seconds)
     finally:
         utils.os.path.exists = exists  # type: ignore[attr-defined]

@@ -66,9 +66,13 @@ class LoopThread:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
-        except concurrent.futures.TimeoutError:
+        except (concurrent.futures.TimeoutError, asyncio.TimeoutError) as err:
             if future.done() and not future.cancelled():
-                raise  # the coroutine's own TimeoutError (same class since Python 3.11)
+                if isinstance(err, TimeoutError):
+                    raise  # the coroutine's own TimeoutError
+                # Before Python 3.11 asyncio's and concurrent.futures' TimeoutErrors were
+                # classes of their own: callers catch the builtin one, so give them that.
+                raise TimeoutError(str(err) or "the awaited call timed out") from err
             future.cancel()
             raise TimeoutError(f"no answer within {timeout} s") from None
 
