@@ -302,6 +302,59 @@ def test_a_done_future_drops_its_recipe():
     assert future._recipe is None
 
 
+def test_a_worker_leaving_mid_gather_asks_again_and_never_cancels_dasks_gather():
+    """The crash test hung in CI: a worker left while the client gathered results, the
+    gather was cancelled to be asked again, and a Dask gather cancelled before its turn
+    breaks every later gather of its client (test_dask_seams pins that): no result was
+    ever delivered again.  Now the old gather is left to end on its own."""
+    from hpcfutures._facade.completions import Completions
+
+    class DaskFuture:
+        status = "finished"
+
+        def __init__(self, key):
+            self.key = key
+
+        async def exception(self):
+            return None
+
+    class Client:
+        def __init__(self):
+            self.asked, self.cancelled, self.first = [], [], asyncio.Event()
+
+        async def gather(self, futures):
+            self.asked.append([f.key for f in futures])
+            if len(self.asked) == 1:  # the dead worker's: never answers
+                try:
+                    await self.first.wait()
+                except asyncio.CancelledError:
+                    self.cancelled.append(True)
+                    raise
+            return [int(f.key) ** 2 for f in futures]
+
+    client = Client()
+    completions = Completions(client, lost=lambda: None)
+    futures = [TaskFuture() for _ in range(3)]
+
+    async def scenario():
+        completions.follow(DaskFuture("1"), futures[0])
+        while not client.asked:
+            await asyncio.sleep(0)
+        completions.worker_left()
+        completions.follow(DaskFuture("2"), futures[1])
+        completions.follow(DaskFuture("3"), futures[2])
+        for _ in range(200):
+            if all(f.done() for f in futures):
+                break
+            await asyncio.sleep(0.01)
+        client.first.set()  # the old gather ends at last: nothing breaks
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert [f.result(timeout=0) for f in futures] == [1, 4, 9]
+    assert client.cancelled == [] and client.asked[1][0] == "1"
+
+
 # ---------------------------------------------------------------- end to end
 #: Three workers: two crash, one is left to show that the executor still works.
 WORKERS = {"laptop": 3, "run": 5, "srun": 5, "mpiexec": 5}

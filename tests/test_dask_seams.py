@@ -676,6 +676,42 @@ def test_a_task_lost_with_its_worker_comes_back_at_once_with_the_worker_named(ca
 
 
 # ------------------------------------------------------- lost and frozen workers
+def test_a_gather_cancelled_before_its_turn_breaks_the_clients_later_gathers():
+    """Why Completions never cancels a Dask gather (completions.worker_left): the client
+    keeps the gather waiting for its turn in ``Client._gather_future`` for later ones to
+    join; cancelled before it ran, it stays there, and every later gather fails.  Should
+    a Dask release stop this, the old cancel-and-ask-again would be safe once more."""
+    def double(x: int) -> int:
+        return 2 * x
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            client = cluster.client
+            done = client.submit(double, 2, pure=False)
+            assert await done == 4
+            poisoned = False
+            for steps in range(8):  # the step at which the inner gather exists, not yet run
+                gather = asyncio.ensure_future(client.gather([done]))
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                gather.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await gather
+                with seam("Client._gather_future (the gather others join)"):
+                    slot = client._gather_future
+                if slot is not None:
+                    with pytest.raises(asyncio.CancelledError):
+                        await asyncio.wait_for(client.gather([done]), 5)
+                    client._gather_future = client._gather_keys = None  # heal it for the end
+                    poisoned = True
+                    break
+            assert poisoned, ("a cancelled Dask gather no longer breaks later ones: "
+                              "Client._gather changed")
+            assert await client.gather([done]) == [4]
+
+    run(scenario())
+
+
 def test_a_worker_tells_its_host_name_and_the_client_reads_it():
     """Worker(startup_information=...) lands in the scheduler's WorkerState.extra, where
     WorkerChanges reads the host that the client's roster names for a worker that left."""

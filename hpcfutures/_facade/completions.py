@@ -10,6 +10,7 @@ Loop thread only.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -39,27 +40,33 @@ class Completions:
         self._gathering = False
         #: Tasks running in the background, kept so the loop does not drop them.
         self._background: set[asyncio.Future] = set()
-        #: The gather in progress, if any (see worker_left).
-        self._fetching: asyncio.Future | None = None
-        self._restart = False
+        #: Set by worker_left while a gather is in progress: stop waiting for it.
+        self._abandon: asyncio.Future[None] | None = None
 
     def worker_left(self) -> None:
-        """A worker left: start the gather in progress again.
+        """A worker left: stop waiting for the gather in progress, and ask again.
 
         Results it held are computed again elsewhere, but a gather already under
         way keeps trying the dead worker's address (Dask's connect retries a
         refused connection for its whole timeout, and then asks again), and
         every result that finished since waits behind it.
-        """
-        if self._fetching is not None and not self._fetching.done():
-            self._restart = True
-            self._fetching.cancel()
 
-    def in_background(self, awaitable: Any) -> None:
-        """Run ``awaitable`` on the loop without waiting for it."""
+        The old gather is left to end on its own, never cancelled: Dask's client
+        lets gathers that arrive while one waits for its turn join that one, and
+        a gather cancelled before its turn came leaves the client's shared slot
+        holding a cancelled task, which every later gather then joins and fails
+        with (distributed 2025.9 to 2026.8 at least: the crash test hung in CI,
+        with every result after a worker's death never delivered).
+        """
+        if self._abandon is not None and not self._abandon.done():
+            self._abandon.set_result(None)
+
+    def in_background(self, awaitable: Any) -> asyncio.Future:
+        """Run ``awaitable`` on the loop without waiting for it (kept alive until it ends)."""
         task = asyncio.ensure_future(awaitable)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     def follow(self, dask_future: Any, future: TaskFuture) -> None:
         """Settle ``future`` when ``dask_future`` ends."""
@@ -94,20 +101,21 @@ class Completions:
                 wanted = [(d, f) for d, f in batch if not f.done()]
                 if not wanted:
                     continue
-                fetch = self._fetching = asyncio.ensure_future(
-                    self._client.gather([d for d, _ in wanted]))
+                fetch = self.in_background(self._client.gather([d for d, _ in wanted]))
+                abandon = self._abandon = asyncio.get_running_loop().create_future()
                 try:
-                    values = await fetch
-                except asyncio.CancelledError:
-                    if not self._restart:  # the loop is stopping
-                        raise
-                    self._restart = False
-                    self._ready[:0] = wanted  # a worker left: ask again (see worker_left)
-                    continue
-                except Exception:
-                    values = None
+                    # Not cancelled with this task (the loop stopping): see worker_left.
+                    await asyncio.wait({fetch, abandon}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    self._fetching = None
+                    self._abandon = None
+                if not fetch.done():  # a worker left: ask again (see worker_left)
+                    fetch.add_done_callback(functools.partial(_late, wanted))
+                    self._ready[:0] = wanted
+                    continue
+                try:
+                    values = fetch.result()
+                except (Exception, asyncio.CancelledError):
+                    values = None
                 if values is None:
                     await self._gather_one_by_one(wanted)
                     continue
@@ -129,6 +137,16 @@ class Completions:
                 settle(future, exception=_as_serialization_error(restore_traceback(err)))
             else:
                 settle(future, result=value)
+
+
+def _late(batch: list[tuple[Any, TaskFuture]], fetch: asyncio.Future) -> None:
+    """An abandoned gather ended: its results settle what is still waiting (the
+    gather asked again settles the rest); its error, if any, is dropped."""
+    if fetch.cancelled() or fetch.exception() is not None:
+        return
+    for (_, future), value in zip(batch, fetch.result(), strict=False):
+        if not future.done():
+            settle(future, result=value)
 
 
 def _as_serialization_error(exc: BaseException) -> BaseException:

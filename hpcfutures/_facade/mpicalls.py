@@ -73,7 +73,7 @@ class MPICalls:
         break_executor: Breaks the executor, with the reason.
     """
 
-    def __init__(self, client: Any, in_background: Callable[[Any], None],
+    def __init__(self, client: Any, in_background: Callable[[Any], object],
                  broken: Callable[[], BaseException | None],
                  break_executor: Callable[[str], None]) -> None:
         self._client = client

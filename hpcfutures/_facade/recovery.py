@@ -66,7 +66,7 @@ class Recovery:
 
     def __init__(self, client: Any, resend: Callable[[TaskFuture, tuple], None],
                  broken: Callable[[str], None],
-                 background: Callable[[Any], None]) -> None:
+                 background: Callable[[Any], object]) -> None:
         from .. import _dask  # the client is connected: distributed is imported already
 
         self._dask = _dask
