@@ -468,6 +468,42 @@ def test_the_usage_ledger_counts_calls_busy_time_and_calls_rerun_after_a_loss():
     run(scenario())
 
 
+def test_the_version_check_of_a_join_sees_one_worker_per_installation():
+    """Dask compares each joining worker's versions with every worker's (O(workers) per
+    join, 8 % of the scheduler at 1,000 ranks): hpcfutures hands its check one worker
+    per distinct installation, through the name Dask's scheduler module reads it by."""
+    import distributed.scheduler as dask_scheduler
+    import distributed.versions
+
+    from hpcfutures._dask.versions import check_versions_once_per_installation
+
+    check_versions_once_per_installation()
+    with seam("distributed.scheduler.version_module (add_worker's version check)"):
+        checker = dask_scheduler.version_module
+    assert checker._module is distributed.versions
+    seen: list[int] = []
+    real = distributed.versions.error_message
+
+    def counting(scheduler: Any, workers: Any, source: Any, source_name: str = "Client") -> Any:
+        seen.append(len(workers))
+        return real(scheduler, workers, source, source_name=source_name)
+
+    async def scenario() -> None:
+        with mock.patch.object(distributed.versions, "error_message", counting):
+            async with live(workers=3):
+                pass
+
+    run(scenario())
+    assert seen and max(seen) == 1, seen  # three workers, one installation
+    # Mixed installations: Dask's own warning, naming each version once.
+    here = distributed.versions.get_versions()
+    other = {**here, "packages": {**here["packages"], "toolz": "0.0.1"}}
+    workers = {"tls://a:1": here, "tls://b:1": here, "tls://c:1": other}
+    ours = checker.error_message(here, workers, here, source_name="w")
+    assert ours == real(here, workers, here, source_name="w")
+    assert "toolz" in ours["warning"] and "0.0.1" in ours["warning"]
+
+
 # ------------------------------------------------------------- what the client asks
 def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeypatch):
     from hpcfutures._remote import memory

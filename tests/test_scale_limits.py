@@ -153,3 +153,17 @@ def test_an_unlimited_soft_limit_is_left_alone(monkeypatch, warnings_logged):
     fake = _Limits(monkeypatch, soft=infinity, hard=infinity)
     assert limits.raise_open_files_limit(10_000, scheduler=True).soft == infinity
     assert fake.asked == [] and warnings_logged == []
+
+
+def test_the_client_keeps_one_connection_per_worker_within_half_its_open_files(monkeypatch):
+    """At 1,000 workers Dask's pool of 512 made the client open TLS connections again for
+    every batch of results (a quarter of its CPU in handshakes)."""
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (20_000, 40_000))
+    assert limits.client_connections(4) == 512  # Dask's own, for the usual launch
+    assert limits.client_connections(2_000) == 2_000 + limits.BASE
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (1_024, 1_024))
+    assert limits.client_connections(2_000) == 512  # never fewer than Dask's
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (3_000, 3_000))
+    assert limits.client_connections(2_000) == 1_500  # half the open files: the rest live

@@ -440,6 +440,29 @@ def test_a_long_wave_reports_as_it_goes_and_the_close_flushes_it(lines, short_wa
     asyncio.run(scenario())
 
 
+def test_the_client_says_a_wave_of_failed_starts_in_two_lines_not_one_per_worker(
+        lines, short_waves):
+    from hpcfutures._dask.client import _warn_of_startup_failures
+
+    class Client:  # what the client's warnings are kept by (weakly)
+        pass
+
+    client = Client()
+
+    async def scenario() -> None:
+        why = "OSError: [Errno 28] No space left on device"
+        failures = [f"rank {i + 3} (worker) on node0 failed to start: {why}" for i in range(50)]
+        _warn_of_startup_failures(client, failures[:1])
+        _warn_of_startup_failures(client, failures)  # the first again: not said twice
+        await asyncio.sleep(short_waves * 2.5)
+        said = lines.warnings()
+        assert len(said) == 2, said
+        assert said[0] == f"{failures[0]}; the launch goes on with the other workers"
+        assert said[1].startswith(f"49 more workers failed to start within 0.0 s: 49 {why};")
+
+    asyncio.run(scenario())
+
+
 def test_a_wave_of_failed_starts_logs_one_summary_line(lines, short_waves):
     async def scenario() -> None:
         coordinator, scheduler = await started(expected_workers=100)

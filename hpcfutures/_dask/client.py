@@ -10,7 +10,7 @@ import logging
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed import Client, Security
 from distributed.comm import registry
@@ -30,6 +30,9 @@ from ._common import (
     scheduler_rpc,
 )
 from .cluster import cluster_size
+
+if TYPE_CHECKING:
+    from .deaths import WaveLog
 
 logger = logging.getLogger("hpcfutures")
 
@@ -154,9 +157,10 @@ async def request_stop(address: str, timeout: float, security: Security | None =
     return reply == "ok"
 
 
-async def connect_client(address: str, timeout: float,
-                         security: Security | None = None) -> Client:
-    """An asynchronous Dask client, registered with the coordinator as *the* client."""
+async def connect_client(address: str, timeout: float, security: Security | None = None,
+                         connections: int = 512) -> Client:
+    """An asynchronous Dask client, registered with the coordinator as *the* client,
+    keeping up to ``connections`` connections to workers open (limits.client_connections)."""
     # A large argument travels inside its call, as with any executor; Dask's
     # advice to scatter it or load it with Dask is not the user's to act on.
     warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning,
@@ -171,6 +175,7 @@ async def connect_client(address: str, timeout: float,
         # Results come straight from the worker that holds them, not
         # through the scheduler (a 40 MiB result crosses the network once).
         direct_to_workers=True,
+        connection_limit=connections,
     )
     await scheduler_rpc(client).hpcfutures_register(client=client.id)
     _hurry(client.scheduler_comm)
@@ -226,13 +231,28 @@ async def report_startup_failure(address: str, who: str, why: str, timeout: floa
 _WARNED: weakref.WeakKeyDictionary[Client, set[str]] = weakref.WeakKeyDictionary()
 
 
+_WAVES: weakref.WeakKeyDictionary[Client, WaveLog] = weakref.WeakKeyDictionary()
+
+
 def _warn_of_startup_failures(client: Client, failures: list[str]) -> None:
-    """On the client: say so when a worker failed to start while the others carry on."""
+    """On the client: say so when a worker failed to start while the others carry on.
+
+    One line for one failure; when many workers fail together (a node without the
+    environment, a site's limit), the first line and then one summary, counted by
+    cause (WaveLog), not a line per worker."""
+    from .deaths import WaveLog  # deaths imports this module
+
     warned = _WARNED.setdefault(client, set())
+    wave = _WAVES.get(client)
+    if wave is None:
+        wave = _WAVES[client] = WaveLog(logger, "worker failed to start",
+                                        "workers failed to start")
     for failure in failures:
         if failure not in warned:
             warned.add(failure)
-            logger.warning("%s; the launch goes on with the other workers", failure)
+            why = failure.partition(" failed to start: ")[2] or failure
+            wave.add(f"{failure}; the launch goes on with the other workers",
+                     why if len(why) <= 80 else why[:77] + "...")
 
 
 def _follow_startup_failures(client: Client) -> None:

@@ -30,6 +30,7 @@ from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths, WaveLog
 from .mpigroups import MEMBER_ENDS, RankGroups
 from .release import IdleRelease
+from .versions import check_versions_once_per_installation
 
 __all__ = ["ClusterSize", "Coordinator", "SchedulerService"]
 
@@ -329,6 +330,7 @@ class SchedulerService:
                  dashboard: bool = False, dashboard_address: str | None = None,
                  expected_workers: int | None = None, retry_lost_tasks: bool = True) -> None:
         tuning.apply()
+        check_versions_once_per_installation()
         self.coordinator = Coordinator(keep_serving, expected_workers)
         self._options: dict[str, Any] = dict(
             host=host,

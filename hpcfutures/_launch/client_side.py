@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from .._errors import HPCFuturesError, StartupTimeoutError
 from .._support.config import Settings
+from .._support.limits import client_connections
 from .._support.logs import (
     configure_rank_logging,
     quiet_dask_logging,
@@ -131,7 +132,8 @@ class ClientSide:
             self.plan.launcher.before_client(self.plan.identity)
             timeout = self.settings.timeout
             self.client = self._run(
-                _dask.connect_client(address, timeout, _dask.make_security(self.credentials)),
+                _dask.connect_client(address, timeout, _dask.make_security(self.credentials),
+                                     client_connections(self.plan.identity.size)),
                 timeout, f"connecting to the scheduler at {address}")
             if self.local_workers is not None:
                 self._connect_local_workers(address)

@@ -29,7 +29,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no rlimits, nothing to raise
     resource = None  # type: ignore[assignment]
 
-__all__ = ["OpenFiles", "descriptors_needed", "raise_open_files_limit"]
+__all__ = ["OpenFiles", "client_connections", "descriptors_needed", "raise_open_files_limit"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -46,6 +46,9 @@ MACOS_OPEN_MAX = 10240
 #: Where the hard limit is "unlimited" elsewhere (the BSDs): the first value to try.
 #: Linux never reports an unlimited hard limit for open files (``fs.nr_open`` caps it).
 UNLIMITED_TRY = 1 << 20
+#: Dask's pool of connections from a client to the workers keeps at most this many
+#: open (``Client(connection_limit=...)``'s default).
+DASK_CLIENT_POOL = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +68,26 @@ class OpenFiles:
 def descriptors_needed(ranks: int) -> int:
     """File descriptors the scheduler of a launch of ``ranks`` ranks needs, about."""
     return BASE + PER_WORKER * max(int(ranks), 1)
+
+
+def client_connections(ranks: int) -> int:
+    """Connections the client keeps open to workers: one per worker rank of a launch of
+    ``ranks``, within half this process's open-files limit, and never fewer than Dask's.
+
+    The client fetches each result from the worker that holds it.  With Dask's 512 and
+    more workers than that, the pool closes one connection to open the next, so every
+    batch of results opened TLS connections anew: at 1,000 workers a quarter of the
+    client's CPU went to handshakes (py-spy, ``benchmarks/scale.py``).
+    """
+    soft = UNLIMITED_TRY
+    if resource is not None:
+        try:
+            found = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (OSError, ValueError):  # pragma: no cover - no such limit here
+            found = -1
+        if not _unlimited(found):
+            soft = found
+    return max(DASK_CLIENT_POOL, min(BASE + max(int(ranks), 1), soft // 2))
 
 
 def _unlimited(value: int) -> bool:
