@@ -18,7 +18,9 @@ at once.  The client leaves when the map is done.
 
 The hosting processes run at a lower priority (``nice 10``): on a cluster
 the scheduler and the client have cores of their own, here they share two
-with the processes that host the workers.
+with the processes that host the workers.  Their workers' Dask system
+monitors read the process's statistics every 10 s instead of twice a second
+(see ``HOSTED``: a per-process cost that hosting multiplies by the workers).
 
 The same N, process layout, map and kill run on Dask alone (its scheduler
 started as ``dask scheduler`` starts it, TLS, its ``Worker``s, its
@@ -124,6 +126,15 @@ def start(command: list[str], env: dict[str, str], soft_nofile: int, log: Path,
                             stderr=log.open("w"), start_new_session=True)
 
 
+#: What the hosting processes change, on both sides.  Each Dask worker's system monitor
+#: reads its process's statistics twice a second (psutil: open descriptors, CPU, I/O
+#: counters), for the dashboard.  A real rank holds a few descriptors and the read takes
+#: a fraction of a millisecond; a host holds its hundreds of workers' descriptors and
+#: has each of them list all of them: O(workers²) per host, 80 % of an idle host's CPU
+#: at 200 workers (py-spy).  Here each hosted worker reads them every 10 s.
+HOSTED = {"DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "10s"}
+
+
 def split(total: int, parts: int) -> list[int]:
     return [total // parts + (k < total % parts) for k in range(parts)]
 
@@ -155,8 +166,8 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
                    str(args.timeout), "--report", str(report)]
         # Niced: on a cluster the scheduler and the client have cores of their own,
         # here they share two with the hosting processes, which must not starve them.
-        hosts.append(start(command, env, args.soft_nofile, work / f"{tag}-host{k}.log",
-                           nice=args.nice))
+        hosts.append(start(command, {**env, **HOSTED}, args.soft_nofile,
+                           work / f"{tag}-host{k}.log", nice=args.nice))
         first += count
     others: list[subprocess.Popen[str]] = []
     figures: dict[str, Any] = {"side": side, "workers": workers}

@@ -12,7 +12,7 @@ The check's answer depends only on the distinct sets of versions, and a
 launch's ranks nearly always run one installation.  So the scheduler's check
 is handed one worker per distinct set: Dask's own function, the same table in
 the same warning when versions differ.  Each worker's set is worked out once,
-when it joins, and remembered with the dict the scheduler keeps for it.
+when it is first seen, and forgotten when it has gone.
 """
 
 from __future__ import annotations
@@ -38,26 +38,32 @@ class _OncePerInstallation:
 
     def __init__(self, module: Any) -> None:
         self._module = module
-        #: Worker address -> (its versions dict, the key of its installation).  The
-        #: dict is held, so its identity stands for it while the entry lives.
-        self._known: dict[str, tuple[Any, Any]] = {}
+        #: Worker address -> the key of its installation, as of the last check.
+        self._known: dict[str, Any] = {}
+        #: Installation key -> its workers' versions by address (one is shown to Dask).
+        self._members: dict[Any, dict[str, Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
 
     def error_message(self, scheduler: Any, workers: dict[str, Any], source: Any,
                       source_name: str = "Client") -> Any:
-        distinct: dict[Any, tuple[str, Any]] = {}
-        known = self._known
-        for address, versions in workers.items():
-            entry = known.get(address)
-            if entry is None or entry[0] is not versions:
-                entry = known[address] = (versions, _installation(versions))
-            distinct.setdefault(entry[1], (address, versions))
-        if len(known) > 2 * len(workers) + 64:  # departed workers: forget them
-            self._known = {a: known[a] for a in workers if a in known}
-        return self._module.error_message(
-            scheduler, dict(distinct.values()), source, source_name=source_name)
+        # Only the workers that came or went since the last check are looked at (the
+        # set differences run in C); a worker's versions never change while it is
+        # connected, and the one joining now is compared in full anyway (``source``).
+        known, members = self._known, self._members
+        if workers.keys() != known.keys():
+            for address in known.keys() - workers.keys():
+                key = known.pop(address)
+                group = members[key]
+                del group[address]
+                if not group:
+                    del members[key]
+            for address in workers.keys() - known.keys():
+                key = known[address] = _installation(workers[address])
+                members.setdefault(key, {})[address] = workers[address]
+        shown = dict(next(iter(group.items())) for group in members.values())
+        return self._module.error_message(scheduler, shown, source, source_name=source_name)
 
 
 def _installation(versions: Any) -> Any:
