@@ -514,6 +514,46 @@ def test_the_version_check_of_a_join_sees_one_worker_per_installation():
     assert checker.error_message(here, workers, here, source_name="w")["warning"] == ""
 
 
+def test_a_wave_of_removed_workers_reaches_each_survivor_together():
+    """Dask tells every worker of each removal (Scheduler.remove_worker -> worker_send,
+    op "remove-worker"), one write each: D x N writes for a wave of D deaths among N
+    workers.  hpcfutures' scheduler holds the notices REMOVALS_WAIT s and sends them
+    together; each still arrives, none goes to a worker that has gone."""
+    from hpcfutures._dask.scheduler import REMOVALS_WAIT
+
+    async def scenario() -> None:
+        async with live(workers=4) as cluster:
+            scheduler = cluster.scheduler
+            survivor = cluster.address_of(cluster.workers[0])
+            others = [cluster.address_of(w) for w in cluster.workers[1:]]
+            sent: list[tuple[float, Any]] = []
+            stream = scheduler.stream_comms[survivor]
+            real_send = stream.send
+
+            def recording(*msgs: Any) -> None:
+                sent.extend((time.monotonic(), m) for m in msgs)
+                real_send(*msgs)
+
+            stream.send = recording
+            started = time.monotonic()
+            with seam("Scheduler.remove_worker(address, stimulus_id=...)"):
+                await asyncio.gather(*(scheduler.remove_worker(a, stimulus_id="wave")
+                                       for a in others))
+            await asyncio.sleep(REMOVALS_WAIT * 4)
+            notices = [(t, m) for t, m in sent if m.get("op") == "remove-worker"]
+            assert sorted(m["worker"] for _, m in notices) == sorted(others), (
+                f"Dask changed how it tells workers of a removal: {sent}")
+            times = [t for t, _ in notices]
+            assert min(times) - started >= REMOVALS_WAIT * 0.9, "not held"
+            assert max(times) - min(times) < REMOVALS_WAIT / 2, "not sent together"
+            assert cluster.workers[0]._worker is not None
+            await cluster.until(lambda: not any(
+                a in cluster.workers[0]._worker.state.has_what for a in others),
+                "the survivor forgetting the removed workers")
+
+    run(scenario())
+
+
 # ------------------------------------------------------------- what the client asks
 def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeypatch):
     from hpcfutures._remote import memory

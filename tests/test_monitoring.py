@@ -210,6 +210,8 @@ def test_dask_noise_of_a_stopping_launch_is_dropped_and_real_trouble_kept():
     assert not shown("distributed.comm.tcp", handshake, "tls://a:1", "tls://b:2",
                      "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of "
                      "protocol (_ssl.c:1006)")
+    assert not shown("distributed.comm.tcp", handshake, "tls://a:1", "tls://b:2",
+                     "[Errno 104] Connection reset by peer")  # 100 lines at 2,000 ranks
     assert shown("distributed.comm.tcp", handshake, "tls://a:1", "tls://b:2",
                  "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
 

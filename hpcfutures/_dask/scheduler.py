@@ -11,6 +11,7 @@ import warnings
 from typing import Any
 
 from distributed import Scheduler, Security
+from distributed.core import Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from .._support.logs import quiet_for_shutdown
@@ -304,15 +305,56 @@ class Coordinator(SchedulerPlugin):
         return self.verdict if self.verdict is not None else EXIT_FAILED
 
 
-class _Scheduler(Scheduler):
-    """Dask's scheduler, with no HTTP server unless the dashboard is asked for.
+#: Seconds the scheduler holds notices of removed workers for the survivors, so
+#: that a wave of deaths reaches each of them as one message (see _Scheduler).
+REMOVALS_WAIT = 0.05
 
-    Dask always starts one (health, metrics and JSON pages even without the
-    dashboard), and it answers anyone who can reach its port, without the
-    launch's credentials: on loopback that is every user logged in to the
-    node, and the pages show worker addresses, task keys, the running
-    functions' names, call stacks and logs.  hpcfutures needs none of it.
+
+class _Scheduler(Scheduler):
+    """Dask's scheduler, with two changes.
+
+    No HTTP server unless the dashboard is asked for.  Dask always starts one
+    (health, metrics and JSON pages even without the dashboard), and it answers
+    anyone who can reach its port, without the launch's credentials: on
+    loopback that is every user logged in to the node, and the pages show
+    worker addresses, task keys, the running functions' names, call stacks and
+    logs.  hpcfutures needs none of it.
+
+    A wave of deaths is told to the survivors in one message each.  For every
+    worker it removes, Dask tells every other worker at once ("remove-worker"),
+    each telling a write of its own: D deaths among N workers are D x N writes,
+    and each send to a worker of the wave not yet removed (its connection
+    closed) schedules that worker's removal once more.  At 2,000 workers with
+    200 killed that kept the scheduler busy for half a minute before the lost
+    calls could run again (``benchmarks/scale.py``).  Held for
+    :data:`REMOVALS_WAIT` s, a wave's notices reach each survivor together.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Worker -> the "remove-worker" notices waiting for it (see the class).
+        self._removals: dict[str, list[dict[str, Any]]] = {}
+        self._removals_due: asyncio.TimerHandle | None = None
+
+    def worker_send(self, worker: str, msg: dict[str, Any]) -> None:
+        if msg.get("op") != "remove-worker":
+            super().worker_send(worker, msg)
+            return
+        self._removals.setdefault(worker, []).append(msg)
+        if self._removals_due is None:
+            self._removals_due = asyncio.get_running_loop().call_later(
+                REMOVALS_WAIT, self._send_removals)
+
+    def _send_removals(self) -> None:
+        self._removals_due = None
+        waiting, self._removals = self._removals, {}
+        if self.status in (Status.closing, Status.closed):  # the launch ended meanwhile
+            return
+        for worker, notices in waiting.items():
+            if worker not in self.workers:  # removed meanwhile: nobody to tell
+                continue
+            for notice in notices:
+                super().worker_send(worker, notice)  # sent together (BatchedSend)
 
     def start_http_server(self, routes: Any, dashboard_address: Any, default_port: int = 0,
                           ssl_options: Any = None) -> None:
