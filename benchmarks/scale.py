@@ -195,7 +195,13 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
             client = start([sys.executable, str(JOBS / "scale_dask_job.py"), str(scheduler_file),
                             str(credentials)], env, args.soft_nofile, work / f"{tag}-client.log")
         others.append(client)
-        figures.update(_follow(client, scheduler, scheduler_file, hosts, args))
+        try:
+            figures.update(_follow(client, scheduler, scheduler_file, hosts, args))
+        except RuntimeError as err:
+            if side != "hpcfutures":
+                raise
+            logs = [work / f"{tag}-host{k}.log" for k in range(len(hosts))]
+            raise RuntimeError(f"{err}; the worker ranks then: {_phases(hosts, logs)}") from err
         leaving = figures.pop("leaving")
         scheduler_gone = _wait_all([scheduler], args.timeout)
         ended = _wait_all(hosts[1:] + others, args.timeout)
@@ -264,6 +270,30 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
         elif what == "LEAVING":
             out["leaving"] = when
             return out
+
+
+def _phases(hosts: list[subprocess.Popen[str]], logs: list[Path]) -> str:
+    """Where the hosted ranks of a stalled launch are: each live host says (SIGUSR1)."""
+    for host in hosts:
+        if host.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(host.pid, signal.SIGUSR1)
+    time.sleep(2.0)
+    looking: list[int] = []
+    joining = 0
+    outcomes: dict[str, int] = {}
+    for log in logs:
+        said = [line for line in log.read_text(errors="replace").splitlines()
+                if line.startswith("PHASES ")]
+        if not said:
+            continue
+        phases = json.loads(said[-1].split(" ", 1)[1])
+        looking += phases["looking"]
+        joining += phases["joining or serving"]
+        for outcome, count in phases["outcomes"].items():
+            outcomes[outcome] = outcomes.get(outcome, 0) + count
+    return (f"{len(looking)} still looking for the scheduler (ranks {looking[:10]}), "
+            f"{joining} joining or serving, ended: {outcomes}")
 
 
 def _wait_all(processes: list[subprocess.Popen[str]], timeout: float) -> float | None:

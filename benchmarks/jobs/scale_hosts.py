@@ -94,6 +94,14 @@ async def host_hpcfutures(args: argparse.Namespace) -> dict[str, Any]:
             outcomes[number] = f"{type(err).__name__}: {err}"
             looks(number)
 
+    def where_they_are() -> None:  # SIGUSR1, from the harness when a launch stalls
+        numbers = range(args.first, args.first + args.count)
+        print("PHASES", json.dumps({
+            "looking": [n for n in numbers if n not in found_at and n not in outcomes],
+            "joining or serving": sum(n in found_at and n not in outcomes for n in numbers),
+            "outcomes": _tally(outcomes.values())}), file=sys.stderr, flush=True)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, where_they_are)
     ranks = [asyncio.ensure_future(rank(n)) for n in range(args.first, args.first + args.count)]
     await started.wait()
     print("WAITING", flush=True)
