@@ -81,6 +81,28 @@ def test_a_silent_scheduler_is_asked_again_not_taken_for_stale_or_finished():
     assert exchange.stale == [None] * 6, "a silent scheduler's answer was marked stale"
 
 
+def test_the_spread_and_a_busy_scheduler_do_not_count_against_the_timeout(monkeypatch):
+    """At 2,000 ranks a worker waits a random part of 10 s before its probe, then meets
+    a scheduler busy with the others' joins: ranks ran out of ``timeout`` at a live
+    scheduler, and the launch never had all its workers."""
+    import random
+
+    from hpcfutures._launch import lookup
+
+    class Slow(_Silent):
+        async def knock(self, address, timeout, security=None):
+            await asyncio.sleep(0.05)
+            return await super().knock(address, timeout, security)
+
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)  # the longest spread
+    patience = Patience.for_launch(80, 0.5)  # a herd of 0.4 s
+    assert patience.herd == pytest.approx(0.4)
+    fake, exchange = Slow(times=2), _OneAnswer()
+    info = asyncio.run(lookup.find_scheduler(fake, exchange, timeout=0.5, may_be_late=True,
+                                             patience=patience, spread=True))
+    assert info is exchange.info and fake.knocks == 3
+
+
 def test_a_joining_worker_waits_out_a_silent_scheduler():
     """Silent knocks while the join is pending (the scheduler is busy with other
     joins) neither end the join nor the rank; the join completes."""

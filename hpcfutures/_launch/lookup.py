@@ -57,8 +57,11 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
     """
     patience = patience or Patience(timeout=timeout)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
     spread_over = patience.herd if spread else 0.0
+    # The spread and the queue at the scheduler are the launch's size, not its lateness:
+    # neither counts against ``timeout`` (at 2,000 ranks they took 10 s each, and ranks
+    # whose probes then met a busy scheduler ran out of time at a live one).
+    deadline = loop.time() + timeout + spread_over
     refused: SchedulerInfo | None = None
     refusals = 0
     silent_pause = SILENT_AGAIN_AFTER
@@ -75,8 +78,9 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
             raise StartupTimeoutError(_never_answered(exchange, timeout, refused, last_silent))
         info = await exchange.lookup_async(remaining, stale=refused)
         if spread_over:
-            await asyncio.sleep(min(random.uniform(0.0, spread_over),
-                                    max(deadline - loop.time(), 0.0)))
+            pause = random.uniform(0.0, spread_over)
+            await asyncio.sleep(pause)
+            deadline += pause
             spread_over = 0.0
         security = _dask.make_security(info.security)
         remaining = max(deadline - loop.time(), 0.1)
