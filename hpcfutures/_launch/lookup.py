@@ -58,10 +58,7 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
     patience = patience or Patience(timeout=timeout)
     loop = asyncio.get_running_loop()
     spread_over = patience.herd if spread else 0.0
-    # The spread and the queue at the scheduler are the launch's size, not its lateness:
-    # neither counts against ``timeout`` (at 2,000 ranks they took 10 s each, and ranks
-    # whose probes then met a busy scheduler ran out of time at a live one).
-    deadline = loop.time() + timeout + spread_over
+    deadline = loop.time() + timeout
     refused: SchedulerInfo | None = None
     refusals = 0
     silent_pause = SILENT_AGAIN_AFTER
@@ -78,9 +75,13 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
             raise StartupTimeoutError(_never_answered(exchange, timeout, refused, last_silent))
         info = await exchange.lookup_async(remaining, stale=refused)
         if spread_over:
+            # Once the address is known, the spread and the queue at the scheduler are
+            # the launch's size, not its lateness: neither counts against ``timeout`` (at
+            # 2,000 ranks they took 10 s each, and ranks whose probes then met a busy
+            # scheduler ran out of time at a live one).
             pause = random.uniform(0.0, spread_over)
             await asyncio.sleep(pause)
-            deadline += pause
+            deadline += pause + spread_over
             spread_over = 0.0
         security = _dask.make_security(info.security)
         remaining = max(deadline - loop.time(), 0.1)
