@@ -195,6 +195,10 @@ class FakeDask:
         self.asked.append(worker)
         return self.answer
 
+    async def death_certificates(self, client, workers, timeout):
+        self.asked.extend(workers)
+        return {worker: self.answer for worker in workers}
+
 
 class DaskFuture:
     def __init__(self, key):
@@ -292,6 +296,39 @@ def test_a_call_whose_argument_was_lost_waits_for_it_then_runs_again_or_fails_wi
     future, resent, _, _ = recover((run_task, abs, (failed,), {}, True), key="mine",
                                    lost_key="the-arguments-task")
     assert resent == [] and "its argument crashed" in str(future.exception(0))
+
+
+def test_a_wave_of_dead_workers_is_asked_about_in_one_request():
+    """At 2,000 workers a request per dead worker opened 200 connections to the scheduler
+    at once; they queued behind the client's others and timed out (16 s, not 9)."""
+    fake = FakeDask(None)
+    requests = []
+    real = fake.death_certificates
+
+    async def counted(client, workers, timeout):
+        requests.append(list(workers))
+        return await real(client, workers, timeout)
+
+    fake.death_certificates = counted
+    resent = []
+
+    async def scenario():
+        pending = set()
+        rec = Recovery(None, lambda f, r: resent.append(f), lambda why: None,
+                       lambda coro: pending.add(asyncio.ensure_future(coro)))
+        rec._dask = fake
+        for n in range(50):  # 50 workers' tasks lost, heard of over two turns of the loop
+            future = TaskFuture()
+            future._recipe = (run_task, abs, (-n,), {}, False)
+            assert rec.lost(DaskFuture(f"k-{n}"), future,
+                            LookupError(f"k-{n}", f"tls://w:{n % 25}"))
+            if n == 24:
+                await asyncio.sleep(0)
+        await asyncio.gather(*pending)
+
+    asyncio.run(scenario())
+    assert len(resent) == 50  # none blamed: each runs again
+    assert len(requests) == 1 and sorted(requests[0]) == sorted(f"tls://w:{n}" for n in range(25))
 
 
 def test_a_done_future_drops_its_recipe():

@@ -847,6 +847,15 @@ def test_a_death_certificate_reaches_the_client_through_the_scheduler():
             started = time.monotonic()
             missing = await _dask.death_certificate(cluster.client, "tls://nowhere:1", 0.2)
             assert missing["certificate"] is None and time.monotonic() - started < 2
+            # A wave, in one request: each worker's answer (the known one and one that
+            # never reports), waited for together.
+            started = time.monotonic()
+            wave = await _dask.death_certificates(
+                cluster.client, [certificate["worker"], "tls://nowhere:2"], 0.3)
+            assert set(wave) == {certificate["worker"], "tls://nowhere:2"}
+            assert wave[certificate["worker"]]["certificate"]["how"] == "signal"
+            assert wave["tls://nowhere:2"]["certificate"] is None
+            assert time.monotonic() - started < 2
             (worker,) = cluster.workers
             address = cluster.address_of(worker)
             await cluster.scheduler.remove_worker(address, stimulus_id="seam-test-gone")

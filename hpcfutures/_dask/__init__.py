@@ -51,7 +51,7 @@ from .cluster import (
     worker_facts,
     worker_names,
 )
-from .deaths import death_certificate, lost_worker, report_death
+from .deaths import death_certificate, death_certificates, lost_worker, report_death
 from .initializer import register_initializer
 from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
 from .scheduler import Coordinator, SchedulerService
@@ -76,6 +76,7 @@ __all__ = [
     "connect_client",
     "dashboard_facts",
     "death_certificate",
+    "death_certificates",
     "finish_client",
     "follow_cluster",
     "follow_member_losses",

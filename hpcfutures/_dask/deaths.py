@@ -95,6 +95,18 @@ async def death_certificate(client: Client, worker: str, timeout: float) -> dict
     return answer
 
 
+async def death_certificates(client: Client, workers: list[str],
+                             timeout: float) -> dict[str, dict[str, Any]]:
+    """:func:`death_certificate` for each of ``workers``, in one request (one connection
+    to the scheduler for a whole wave of deaths, where each request in flight opens
+    one of its own)."""
+    answer: dict[str, Any] = await asyncio.wait_for(
+        getattr(scheduler_rpc(client), AWAIT_DEATH_OP)(workers=list(workers), timeout=timeout),
+        timeout + 5)
+    answers: dict[str, dict[str, Any]] = answer["answers"]
+    return answers
+
+
 class Deaths:
     """The scheduler's register of dead workers (held by the Coordinator).
 

@@ -204,11 +204,16 @@ class Coordinator(SchedulerPlugin):
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group
             self.groups.member_ended(key)
 
-    async def _await_death(self, worker: str, timeout: float) -> dict[str, Any]:
+    async def _await_death(self, worker: str = "", timeout: float = 0.0,
+                           workers: list[str] | None = None) -> dict[str, Any]:
         """A dead worker's certificate (waiting up to ``timeout`` s for its watcher),
-        and why no worker is left, if none is.
+        and why no worker is left, if none is; for ``workers``, each one's answer
+        (``{"answers": {worker: answer}}``: a wave asked in one request).
 
-        Asked once per dead worker: O(1) each, however many workers there are."""
+        O(1) per dead worker, however many workers there are."""
+        if workers is not None:
+            answers = await asyncio.gather(*(self._await_death(w, timeout) for w in workers))
+            return {"answers": dict(zip(workers, answers, strict=True))}
         certificate = (await self.deaths.await_certificate(worker, timeout)) if worker else None
         present = self.size.workers - (worker in self.size.threads_of)
         none_left = None
