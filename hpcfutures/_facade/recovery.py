@@ -159,20 +159,16 @@ class Recovery:
             if not pending.done():
                 pending.set_result(answers.get(worker) or {})
 
-    async def _ask(self, worker: str) -> dict[str, Any]:
-        self._waiting += 1
-        try:
-            return await self._dask.death_certificate(
-                self._client, worker, self.patience.certificate_wait(self._waiting))
-        except Exception as err:  # the scheduler is gone: the bridge breaks for that
-            logger.debug("no death certificate for %s: %s", worker, err)
-            return {}
-        finally:
-            self._waiting -= 1
-
     async def none_left(self) -> str | None:
-        """Why no worker is left and none can come, if so (the scheduler knows)."""
-        return (await self._ask("")).get("none_left")
+        """Why no worker is left and none can come, if so (the scheduler knows: it may
+        wait as long as for a certificate, for the deaths it still expects to hear of)."""
+        try:
+            answer = await self._dask.death_certificate(
+                self._client, "", self.patience.certificate_wait(self._waiting + 1))
+        except Exception as err:  # the scheduler is gone: the bridge breaks for that
+            logger.debug("no answer on the workers left: %s", err)
+            return None
+        return answer.get("none_left")
 
     def _blame(self, future: TaskFuture, recipe: tuple, index: int,
                crash: WorkerCrashError) -> None:

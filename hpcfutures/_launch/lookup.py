@@ -57,8 +57,8 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
     """
     patience = patience or Patience(timeout=timeout)
     loop = asyncio.get_running_loop()
-    spread_over = patience.herd if spread else 0.0
     deadline = loop.time() + timeout
+    spread_over = patience.herd if spread else 0.0
     refused: SchedulerInfo | None = None
     refusals = 0
     silent_pause = SILENT_AGAIN_AFTER
