@@ -68,6 +68,14 @@ def test_missing_file_times_out_naming_file_rank_and_seconds(tmp_path):
     assert time.monotonic() - started < 2
     message = str(caught.value)
     assert "sched.json" in message and "rank 2" in message and "0.5 s" in message
+
+
+def test_a_timeout_is_named_as_the_user_set_it_not_as_what_was_left_of_it(tmp_path):
+    # The lookup is handed what is left of the launch's deadline: on a loaded node a few
+    # microseconds short of HPCFUTURES_TIMEOUT=2, which CI once saw printed as "1.99999 s".
+    with pytest.raises(StartupTimeoutError) as caught:
+        exchange(tmp_path).lookup(timeout=0.5 - 7e-6)
+    assert "waited 0.5 s for the scheduler file" in str(caught.value)
     assert isinstance(caught.value, TimeoutError)
 
 

@@ -23,12 +23,22 @@ from __future__ import annotations
 import dataclasses
 import random
 
-__all__ = ["HERD_SECONDS_PER_RANK", "Patience", "jittered", "shared_file_poll"]
+__all__ = ["HERD_SECONDS_PER_RANK", "Patience", "in_seconds", "jittered", "shared_file_poll"]
 
 #: Scheduler seconds to hear one rank once: two TLS handshakes (a probe and
 #: the join) at ~2 ms of CPU each on a 2-core node, with room for Dask's
 #: registration.  ``benchmarks/scale.py`` measures it ("scheduler CPU per join").
 HERD_SECONDS_PER_RANK = 0.005
+
+
+def in_seconds(seconds: float) -> str:
+    """A wait as an error message names it: "2 s", to a tenth of a second.
+
+    A lookup is given what is left of the launch's deadline, which is a few
+    microseconds (or, on a loaded node, milliseconds) short of the ``timeout``
+    the user set: printed in full, a timeout of 2 became "1.99999 s".
+    """
+    return f"{round(seconds, 1):g} s"
 
 
 def jittered(seconds: float, spread: float = 0.25) -> float:

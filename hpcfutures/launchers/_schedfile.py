@@ -22,7 +22,7 @@ from typing import cast
 
 from .._errors import LaunchFinished, SchedulerFileError, StartupTimeoutError
 from .._support.config import expand_template
-from .._support.patience import shared_file_poll
+from .._support.patience import in_seconds, shared_file_poll
 from ._exchange import AddressExchange, SchedulerInfo
 from ._identity import Identity
 
@@ -130,7 +130,8 @@ class SchedulerFileExchange(AddressExchange):
             now = time.monotonic()
             if now >= deadline:
                 raise StartupTimeoutError(
-                    f"rank {self.rank} waited {timeout:g} s for the scheduler file {self.path} "
+                    f"rank {self.rank} waited {in_seconds(timeout)} for the scheduler file "
+                    f"{self.path} "
                     f"(launch {self.launch_id}) and none usable appeared"
                     + (f" ({'; '.join(sorted(reported))})" if reported else "")
                     + ". Check the output of the scheduler's rank (rank 0) for an error, make "

@@ -36,6 +36,7 @@ from collections.abc import Mapping, MutableMapping
 
 from .._errors import LauncherError, StartupTimeoutError
 from .._support.backoff import Backoff
+from .._support.patience import in_seconds
 from . import _mpi
 from ._base import Launcher
 from ._batchenv import MPI_RANK_VARIABLES, int_var
@@ -304,9 +305,9 @@ class BroadcastExchange(AddressExchange):
             payload = self.channel.receive(time.monotonic() + timeout)
         except _mpi.DeadlinePassed:
             raise StartupTimeoutError(
-                f"rank {self.rank} waited {timeout:g} s for the scheduler's address, broadcast "
-                f"over MPI by rank {self.channel.root}, and it never came. Check the output of "
-                f"rank {self.channel.root} (the scheduler) for an error, or raise the deadline "
-                "with timeout= / HPCFUTURES_TIMEOUT"
+                f"rank {self.rank} waited {in_seconds(timeout)} for the scheduler's address, "
+                f"broadcast over MPI by rank {self.channel.root}, and it never came. Check the "
+                f"output of rank {self.channel.root} (the scheduler) for an error, or raise the "
+                "deadline with timeout= / HPCFUTURES_TIMEOUT"
             ) from None
         return SchedulerInfo.from_json(payload.decode())
