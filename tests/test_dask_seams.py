@@ -514,42 +514,89 @@ def test_the_version_check_of_a_join_sees_one_worker_per_installation():
     assert checker.error_message(here, workers, here, source_name="w")["warning"] == ""
 
 
-def test_a_wave_of_removed_workers_reaches_each_survivor_together():
+def gather_at_gate(*values: Any) -> Any:
+    GATE.wait(20)
+    return sum(values)
+
+
+def test_a_wave_of_removals_reaches_only_the_workers_waiting_for_their_data_together():
     """Dask tells every worker of each removal (Scheduler.remove_worker -> worker_send,
-    op "remove-worker"), one write each: D x N writes for a wave of D deaths among N
-    workers.  hpcfutures' scheduler holds the notices REMOVALS_WAIT s and sends them
-    together; each still arrives, none goes to a worker that has gone."""
+    op "remove-worker"), one message each: D x N messages for a wave of D deaths among
+    N workers, though a worker acts on one only for the data it was to fetch from the
+    removed worker.  hpcfutures' scheduler tells the workers running a dependent of what
+    a removed worker held, its notices held REMOVALS_WAIT s and sent together; a worker
+    that waits for nothing from them hears nothing."""
     from hpcfutures._dask.scheduler import REMOVALS_WAIT
 
     async def scenario() -> None:
-        async with live(workers=4) as cluster:
-            scheduler = cluster.scheduler
-            survivor = cluster.address_of(cluster.workers[0])
-            others = [cluster.address_of(w) for w in cluster.workers[1:]]
-            sent: list[tuple[float, Any]] = []
-            stream = scheduler.stream_comms[survivor]
-            real_send = stream.send
+        async with live(workers=5, retry_lost_tasks=False) as cluster:
+            scheduler, client = cluster.scheduler, cluster.client
+            waiting, bystander, *holders = [cluster.address_of(w) for w in cluster.workers]
+            held = [client.submit(nap, 0, workers=[h], pure=False) for h in holders]
+            await client.gather(held)
+            dependent = client.submit(gather_at_gate, *held, workers=[waiting], pure=False)
+            await cluster.until(lambda: getattr(scheduler.tasks.get(dependent.key),
+                                                "processing_on", None) is not None,
+                                "the dependent running on its worker")
+            sent: dict[str, list[tuple[float, Any]]] = {waiting: [], bystander: []}
+            for address, record in sent.items():
+                stream = scheduler.stream_comms[address]
 
-            def recording(*msgs: Any) -> None:
-                sent.extend((time.monotonic(), m) for m in msgs)
-                real_send(*msgs)
+                def recording(*msgs: Any, record=record, real=stream.send) -> None:
+                    record.extend((time.monotonic(), m) for m in msgs)
+                    real(*msgs)
 
-            stream.send = recording
+                stream.send = recording
             started = time.monotonic()
             with seam("Scheduler.remove_worker(address, stimulus_id=...)"):
                 await asyncio.gather(*(scheduler.remove_worker(a, stimulus_id="wave")
-                                       for a in others))
+                                       for a in holders))
             await asyncio.sleep(REMOVALS_WAIT * 4)
-            notices = [(t, m) for t, m in sent if m.get("op") == "remove-worker"]
-            assert sorted(m["worker"] for _, m in notices) == sorted(others), (
-                f"Dask changed how it tells workers of a removal: {sent}")
+            notices = [(t, m) for t, m in sent[waiting] if m.get("op") == "remove-worker"]
+            assert sorted(m["worker"] for _, m in notices) == sorted(holders), (
+                f"Dask changed how it tells workers of a removal: {sent[waiting]}")
             times = [t for t, _ in notices]
             assert min(times) - started >= REMOVALS_WAIT * 0.9, "not held"
             assert max(times) - min(times) < REMOVALS_WAIT / 2, "not sent together"
+            assert not [m for _, m in sent[bystander] if m.get("op") == "remove-worker"], (
+                "a worker that waits for nothing was told")
             assert cluster.workers[0]._worker is not None
             await cluster.until(lambda: not any(
-                a in cluster.workers[0]._worker.state.has_what for a in others),
-                "the survivor forgetting the removed workers")
+                a in cluster.workers[0]._worker.state.has_what for a in holders),
+                "the waiting worker forgetting the removed workers")
+
+    run(scenario())
+
+
+def test_a_task_without_dependencies_is_placed_without_comparing_every_worker():
+    """Dask places a "root-ish" task (its group larger than twice the threads: a map's
+    calls) by comparing every worker's objective when its queue is off, as on
+    hpcfutures' scheduler; at 2,000 workers the calls sent again after a wave of deaths
+    blocked the scheduler's loop for 10-13 s that way.  hpcfutures' scheduler places a
+    dependency-free task by Dask's O(1) path; every task still runs, on every worker."""
+
+    def square(x: int) -> int:
+        return x * x
+
+    async def scenario() -> None:
+        async with live(workers=4, retry_lost_tasks=False) as cluster:  # a launch's scheduler
+            scheduler = cluster.scheduler
+            compared = []
+            real_objective = scheduler.worker_objective
+
+            def counting(ts: Any, ws: Any) -> Any:
+                compared.append(ws)
+                return real_objective(ts, ws)
+
+            scheduler.worker_objective = counting  # type: ignore[method-assign]
+            futures = cluster.client.map(square, range(40), pure=False)
+            assert await cluster.client.gather(futures) == [x * x for x in range(40)]
+            assert compared == [], f"{len(compared)} comparisons of a worker's objective"
+            ts = scheduler.tasks[futures[0].key]
+            with seam("SchedulerState.is_rootish(ts) (a big group without dependencies)"):
+                assert Scheduler.is_rootish(scheduler, ts), "Dask no longer calls it root-ish"
+            held_by = {ws.address for f in futures for ws in scheduler.tasks[f.key].who_has}
+            assert len(held_by) > 1, "every call ran on one worker"
 
     run(scenario())
 

@@ -207,8 +207,10 @@ def test_the_scale_harness_runs_small_and_prints_its_table(tmp_path):
         assert "error" not in result, result
         assert result["wrong"] == 0 and set(result["outcomes"]) == {"exit 0"}, result
         assert result["client_status"] == 0 and result["scheduler_status"] == 0, result
+        assert result["warm_map"] > 0 and result["after_kill"] > 0, result
     for row in ("ready after the scheduler file appeared", "scheduler CPU per join",
-                "scheduler descriptors", "scheduler-file reads", "map done after killing",
+                "scheduler descriptors", "scheduler-file reads", "nothing lost",
+                "map done after killing",
                 "shutdown"):
         assert row in job.stdout, job
 

@@ -32,6 +32,9 @@ scheduler_file, credentials = sys.argv[1], Path(sys.argv[2])
 client = Client(scheduler_file=scheduler_file, security=dask_security(credentials), timeout=60)
 client.wait_for_workers(WORKERS, timeout=600)
 say("READY")
+began = time.time()
+assert client.gather(client.map(work, range(CALLS), pure=False)) == [n * n for n in range(CALLS)]
+say("WARM", time.time() - began)
 say("MAPPING")
 wrong = 0
 futures = client.map(work, range(CALLS), pure=False)

@@ -4,8 +4,9 @@ Started twice by the harness, as ranks 0 and 1 of an ``hpcfutures run``-style
 launch (``HPCFUTURES_RANK``/``SIZE``/``LAUNCH_ID``, the scheduler file in
 ``HPCFUTURES_SCHEDULER_FILE``); the worker ranks are hosted elsewhere
 (``scale_hosts.py``).  Rank 0 serves; rank 1 waits until every worker has
-joined, runs a map, and prints when each phase happened (``time.time()``)
-for the harness, which kills 10 % of the workers while the first calls run.
+joined, runs a map (the cost of a map on this launch, nothing lost), runs it
+again, and prints when each phase happened (``time.time()``) for the harness,
+which kills 10 % of the workers while the second map's first calls run.
 
     SCALE_CALLS=6000 SCALE_SECONDS=1.0 python benchmarks/jobs/scale_job.py
 """
@@ -30,6 +31,36 @@ def say(what, *more):
     print(what, repr(time.time()), *more, flush=True)
 
 
+def count_messages():
+    """SCALE_COUNT_MESSAGES=1: print, every 2 s, how many messages of each op this
+    rank's Dask streams have sent (what a profile of the scheduler cannot show)."""
+    import collections
+    import threading
+
+    from distributed.batched import BatchedSend
+
+    sent = collections.Counter()
+    real_send = BatchedSend.send
+
+    def counting(self, *msgs):
+        sent.update(m.get("op", "?") if isinstance(m, dict) else "?" for m in msgs)
+        return real_send(self, *msgs)
+
+    BatchedSend.send = counting
+
+    def report():
+        while True:
+            time.sleep(2)
+            print("MESSAGES", repr(time.time()), dict(sent.most_common()), file=sys.stderr,
+                  flush=True)
+
+    threading.Thread(target=report, daemon=True).start()
+
+
+if os.environ.get("SCALE_COUNT_MESSAGES"):
+    count_messages()
+
+
 with hpcfutures.Executor() as ex:
     # Only the client gets here.  A benchmark may look inside: how many
     # workers the scheduler has right now is not part of the public API.
@@ -37,6 +68,10 @@ with hpcfutures.Executor() as ex:
     while bridge.workers_now(60) < WORKERS:
         time.sleep(0.05)
     say("READY")
+    # A first map, no worker lost: what a map of this size costs on this launch.
+    began = time.time()
+    assert list(ex.map(work, range(CALLS))) == [n * n for n in range(CALLS)]
+    say("WARM", time.time() - began)
     say("MAPPING")
     wrong = 0
     for n, result in enumerate(ex.map(work, range(CALLS))):

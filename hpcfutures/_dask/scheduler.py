@@ -325,14 +325,34 @@ class _Scheduler(Scheduler):
     worker addresses, task keys, the running functions' names, call stacks and
     logs.  hpcfutures needs none of it.
 
-    A wave of deaths is told to the survivors in one message each.  For every
-    worker it removes, Dask tells every other worker at once ("remove-worker"),
-    each telling a write of its own: D deaths among N workers are D x N writes,
-    and each send to a worker of the wave not yet removed (its connection
-    closed) schedules that worker's removal once more.  At 2,000 workers with
-    200 killed that kept the scheduler busy for half a minute before the lost
-    calls could run again (``benchmarks/scale.py``).  Held for
-    :data:`REMOVALS_WAIT` s, a wave's notices reach each survivor together.
+    A removal is told only to the workers that may wait for the removed
+    worker's data, and a wave's notices reach each of them together.  For
+    every worker it removes, Dask tells every other worker ("remove-worker"),
+    each telling a write of its own: D deaths among N workers are D x N
+    messages, and each send to a worker of the wave not yet removed (its
+    connection closed) schedules that worker's removal once more.  At 2,000
+    workers with 200 killed, the 360,000 notices kept the scheduler busy for
+    seconds and the workers (hosted 180 to a process by the harness) for half a
+    minute before the calls sent again could start (``benchmarks/scale.py``).
+    A worker acts on the notice only for the data it was going to fetch from
+    the removed worker: the dependencies of the tasks it was given.  So the
+    notice goes to the workers processing a dependent of what the removed
+    worker held (none, for a map's independent calls), held for
+    :data:`REMOVALS_WAIT` s so that a wave's notices travel together.  A worker
+    that was not told and still tries the dead address finds it refused and
+    asks the scheduler again, as Dask's workers did before the notice existed.
+
+    A task without dependencies is placed in O(1), however many workers there
+    are.  Dask calls a task "root-ish" when its group (a map's tasks share one)
+    is larger than twice the cluster's threads; with its queue off, as here
+    (see :meth:`SchedulerService.start`), it places such a task by comparing
+    every worker's objective, once per few tasks.  At 2,000 workers the calls
+    sent again after 200 workers died blocked the scheduler's loop for 10-13 s
+    (``py-spy``: ``decide_worker_rootish_queuing_disabled``).  Dask's own path
+    for a dependency-free task that is not root-ish (an idle worker in turn, or
+    any worker in turn when none is idle) is what such a task needs: it has no
+    data to be near, and the client's batching already bounds what each worker
+    is given.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -340,11 +360,33 @@ class _Scheduler(Scheduler):
         #: Worker -> the "remove-worker" notices waiting for it (see the class).
         self._removals: dict[str, list[dict[str, Any]]] = {}
         self._removals_due: asyncio.TimerHandle | None = None
+        #: Worker being removed -> the workers that may wait for its data.
+        self._waiting_for_data_of: dict[str, set[str]] = {}
+
+    async def remove_worker(self, address: str, *args: Any, **kwargs: Any) -> Any:
+        ws = self.workers.get(address)
+        if ws is None:  # already removed (or an alias: then everyone is told, as by Dask)
+            return await super().remove_worker(address, *args, **kwargs)
+        self._waiting_for_data_of[address] = {
+            dependent.processing_on.address for ts in ws.has_what
+            for dependent in ts.dependents if dependent.processing_on is not None}
+        try:
+            return await super().remove_worker(address, *args, **kwargs)
+        finally:
+            self._waiting_for_data_of.pop(address, None)
+
+    def is_rootish(self, ts: Any) -> bool:
+        if math.isinf(self.WORKER_SATURATION) and not ts.dependencies:
+            return False  # placed in O(1): see the class
+        return bool(super().is_rootish(ts))
 
     def worker_send(self, worker: str, msg: dict[str, Any]) -> None:
         if msg.get("op") != "remove-worker":
             super().worker_send(worker, msg)
             return
+        waiting = self._waiting_for_data_of.get(msg.get("worker", ""))
+        if waiting is not None and worker not in waiting:
+            return  # it needs nothing from the removed worker: see the class
         self._removals.setdefault(worker, []).append(msg)
         if self._removals_due is None:
             self._removals_due = asyncio.get_running_loop().call_later(
