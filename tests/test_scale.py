@@ -12,11 +12,13 @@ import itertools
 import json
 import logging
 import sys
+import time
 import types
 
 import pytest
 from helpers import ROOT, run_job
 
+from hpcfutures import StartupTimeoutError
 from hpcfutures._support.patience import Patience, shared_file_poll
 from hpcfutures.launchers import SchedulerInfo
 from hpcfutures.launchers._schedfile import SchedulerFileExchange
@@ -40,10 +42,11 @@ def test_a_process_builds_each_tls_context_once():
 class _Silent:
     """A stand-in for hpcfutures._dask whose scheduler stays silent ``times`` knocks."""
 
-    def __init__(self, times: int) -> None:
+    def __init__(self, times: int, port_open: bool = False) -> None:
         from hpcfutures._dask import Knock
 
         self.Knock, self.times, self.knocks = Knock, times, 0
+        self.port_open = port_open
 
     def make_security(self, credentials):
         return None
@@ -51,6 +54,9 @@ class _Silent:
     async def knock(self, address, timeout, security=None):
         self.knocks += 1
         return self.Knock.SILENT if self.knocks <= self.times else self.Knock.ANSWERED
+
+    async def listening(self, address, timeout):
+        return self.Knock.ANSWERED if self.port_open else self.Knock.SILENT
 
 
 class _OneAnswer:
@@ -101,6 +107,35 @@ def test_the_spread_and_a_busy_scheduler_do_not_count_against_the_timeout(monkey
     info = asyncio.run(lookup.find_scheduler(fake, exchange, timeout=0.5, may_be_late=True,
                                              patience=patience, spread=True))
     assert info is exchange.info and fake.knocks == 3
+
+
+@pytest.mark.parametrize("port_open", [True, False])
+def test_a_scheduler_whose_port_accepts_but_that_stays_silent_gets_the_timeout_once_more(
+        port_open):
+    """Seen at 2,000 ranks on 2 cores: the scheduler took 35-65 s to hear every rank,
+    and a rank whose 60 s ran out while its probes met a scheduler busy with the
+    others' joins left the launch one worker short.  A port that accepts connections
+    (the kernel answers, however busy the scheduler) earns ``timeout`` once more;
+    silence on a port that does not accept does not, and neither waits for ever."""
+    from hpcfutures._launch.lookup import find_scheduler
+
+    class Slow(_Silent):
+        async def knock(self, address, timeout, security=None):
+            await asyncio.sleep(0.05)
+            return await super().knock(address, timeout, security)
+
+    timeout = 0.6
+    fake, exchange = Slow(times=10**6, port_open=port_open), _OneAnswer()
+    started = time.monotonic()
+    with pytest.raises(StartupTimeoutError, match="did not answer") as caught:
+        asyncio.run(find_scheduler(fake, exchange, timeout=timeout, may_be_late=True,
+                                   patience=Patience.for_launch(2, timeout)))
+    waited = time.monotonic() - started
+    if port_open:
+        assert 2 * timeout <= waited < 2 * timeout + 1.5, waited
+        assert "within 1.2 s" in str(caught.value)
+    else:
+        assert timeout <= waited < 2 * timeout, waited
 
 
 def test_a_joining_worker_waits_out_a_silent_scheduler():

@@ -48,11 +48,29 @@ def count_messages():
 
     BatchedSend.send = counting
 
+    from distributed.protocol import pickle as dask_pickle
+
+    pickled: collections.Counter = collections.Counter()  # type -> [calls, seconds, bytes]
+    real_dumps = dask_pickle.dumps
+
+    def timed_dumps(x, *args, **kwargs):
+        began = time.perf_counter()
+        result = real_dumps(x, *args, **kwargs)
+        name = type(x).__name__
+        pickled[name + " calls"] += 1
+        pickled[name + " ms"] += (time.perf_counter() - began) * 1e3
+        pickled[name + " bytes"] += len(result)
+        return result
+
+    dask_pickle.dumps = timed_dumps
+
     def report():
         while True:
             time.sleep(2)
             print("MESSAGES", repr(time.time()), dict(sent.most_common()), file=sys.stderr,
                   flush=True)
+            print("PICKLED", repr(time.time()), {k: round(v) for k, v in pickled.items()},
+                  file=sys.stderr, flush=True)
 
     threading.Thread(target=report, daemon=True).start()
 

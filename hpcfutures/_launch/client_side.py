@@ -213,7 +213,8 @@ class ClientSide:
             exchange = plan.peers_exchange
             patience = Patience.for_launch(plan.identity.size, timeout)
             info = self._run(find_scheduler(_dask, exchange, timeout, patience=patience),
-                             timeout + patience.probe_timeout + 1, exchange.description)
+                             timeout + patience.busy_grace + patience.probe_timeout + 1,
+                             exchange.description)
         self.credentials = dict(info.security)
         return info.address
 

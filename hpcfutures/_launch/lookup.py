@@ -9,7 +9,9 @@ nothing of the kind: at the start of a large launch one scheduler answers
 thousands of ranks at once, a TLS handshake at a time, and a rank that took
 its silence for death would reject a live scheduler file, or (under MPI)
 leave a launch that has only begun.  A silent address is asked again, with
-back-off and jitter, until the launch's deadline.
+back-off and jitter, until the launch's deadline; if its port still accepts
+connections (the kernel answers that, however busy the scheduler's event
+loop), once more for :attr:`Patience.busy_grace`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
     refusals = 0
     silent_pause = SILENT_AGAIN_AFTER
     last_silent: SchedulerInfo | None = None
+    graced = False
     while True:
         if (refused is not None and may_be_late and refusals >= DEAD_AFTER_REFUSALS
                 and exchange.silence_means_finished):
@@ -72,7 +75,9 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
                                  "the launch is over")
         remaining = deadline - loop.time()
         if remaining <= 0:
-            raise StartupTimeoutError(_never_answered(exchange, timeout, refused, last_silent))
+            raise StartupTimeoutError(_never_answered(
+            exchange, timeout + (patience.busy_grace if graced else 0.0), refused,
+            last_silent))
         info = await exchange.lookup_async(remaining, stale=refused)
         if spread_over:
             # Once the address is known, the spread and the queue at the scheduler are
@@ -98,6 +103,12 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
             # Busy, not gone: the same file (or a newer one) is tried again.
             logger.info("no answer from %s yet; asking again", info.address)
             last_silent = info
+            if not graced and await _dask.listening(
+                    info.address, patience.knock_timeout) is _dask.Knock.ANSWERED:
+                graced = True
+                deadline += patience.busy_grace
+                logger.info("the scheduler at %s accepts connections but is busy; waiting "
+                            "up to %.0f s more", info.address, patience.busy_grace)
             pause, silent_pause = silent_pause, min(2 * silent_pause,
                                                     max(patience.knock_every, 1.0))
         await asyncio.sleep(min(jittered(pause), max(deadline - loop.time(), 0.0)))

@@ -69,6 +69,18 @@ class Patience:
         return self._grown(5.0)
 
     @property
+    def busy_grace(self) -> float:
+        """Seconds more for a scheduler whose port accepts connections but that has
+        not answered a probe: alive, and busy with the launch's other ranks.
+
+        Once, never more: at 2,000 ranks on a 2-core node the scheduler took
+        35-65 s to hear every rank, and a rank whose ``timeout`` of 60 s ran out
+        at a live scheduler left the launch one worker short.  A scheduler that
+        is alive but never answers still ends in an error, at twice the deadline.
+        """
+        return self.timeout
+
+    @property
     def knock_timeout(self) -> float:
         """Seconds a joining worker's knock (does the scheduler still answer?) waits."""
         return self._grown(1.0)
