@@ -495,3 +495,20 @@ def test_the_crash_error_says_which_call_it_was():
     lost._places, lost._losses = range(20, 30), MAX_LOSSES
     recover((run_chunk_task, abs, (chunk,), {}, False), None, future=lost)
     assert "(map items 20-29) was running on a worker that was lost" in str(lost.exception(0))
+
+
+@pytest.mark.parametrize("report", ["Fatal Python error: Segmentation fault", ""])
+def test_a_crash_errors_sentences_each_start_with_a_capital_and_it_ends_with_a_full_stop(
+        report):
+    """Found by a user's eye: "... on rank 3. its output may say more" (issue 29)."""
+    import re
+
+    from hpcfutures._facade.recovery import crash_error
+
+    certificate = {"culprit": {"function": "job.f", "key": "k", "index": 0}, "how": "signal",
+                   "signal": "SIGSEGV", "who": "rank 3 (worker) on node17", "report": report}
+    text = str(crash_error(certificate, "map item 2"))
+    sentences = re.split(r"(?<=[.;]) (?=[A-Za-z])", text.split(": ", 1)[1])
+    starts = [s[0] for s in sentences if not s.startswith(("to debug", "the others"))]
+    assert all(c.isupper() for c in starts[1:]), sentences
+    assert text.endswith(".") and "job.f (map item 2) crashed its worker" in text

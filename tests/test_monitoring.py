@@ -169,6 +169,7 @@ def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
         f"hpcfutures run: rank 2 (worker) failed first, exit status 1; read {log}")
     assert "killed by SIGKILL" in _failure_pointer(0, -9, 4, 1, "abc", environ)
     assert "wrote no" in _failure_pointer(3, 1, 4, 1, "abc", environ)
+    assert "not shared with this node" in _failure_pointer(3, 1, 4, 1, "abc", environ)
     assert "[rank 1 client]" in _failure_pointer(1, 1, 4, 1, "abc", {})
 
 

@@ -287,15 +287,15 @@ def crash_error(certificate: dict[str, Any], call: str | None = None) -> WorkerC
     else:
         how = f"was killed by {certificate.get('signal')}"
     report = certificate.get("report") or ""
-    hint = ("faulthandler's report (the Python traceback of the crash) is the cause "
+    hint = ("The Python traceback of the crash (faulthandler's report) is the cause "
             "below, and in that worker's output" if report else
-            "its output may say more")
+            "Its output may say more")
     which = f" ({call})" if call else ""
     error = WorkerCrashError(
         f"{function}{which} crashed its worker: the process {how} while running it, on "
         f"{where}. "
         f"Only this call fails; the others run again on the remaining workers. {hint}; to "
-        "debug, run the call in a local process (python -X faulthandler, or under gdb)",
+        "debug, run the call in a local process (python -X faulthandler, or under gdb).",
         function, where, certificate.get("status"), certificate.get("signal"))
     if report:
         error._hpcfutures_remote_traceback = (  # type: ignore[attr-defined]

@@ -223,7 +223,8 @@ def where_to_read(rank: int, role: str, launch_id: str, environ=os.environ,
     if path is not None and os.path.exists(path):
         return f"read {path}"
     if path is not None:
-        return (f"it wrote no {path} (it failed before it started logging): see its "
-                "output")
+        # Seen from another node, a log directory that is not shared looks the same.
+        return (f"it wrote no {path} here (it failed before it started logging, or that "
+                "directory is not shared with this node): see its output")
     return (f"see its output (lines tagged [rank {rank} {role}]), or set {LOG_DIR_VAR} "
             "to keep one log file per rank")
