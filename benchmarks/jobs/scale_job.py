@@ -50,7 +50,7 @@ def count_messages():
 
     from distributed.protocol import pickle as dask_pickle
 
-    pickled: collections.Counter = collections.Counter()  # type -> [calls, seconds, bytes]
+    pickled: collections.Counter = collections.Counter()  # "<type> calls|ms|bytes" -> total
     real_dumps = dask_pickle.dumps
 
     def timed_dumps(x, *args, **kwargs):

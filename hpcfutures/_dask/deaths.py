@@ -35,7 +35,8 @@ from ._common import make_security, scheduler_rpc
 from .client import Knock, knock
 
 __all__ = [
-    "AWAIT_DEATH_OP", "DEATH_OP", "Deaths", "death_certificate", "lost_worker", "report_death",
+    "AWAIT_DEATH_OP", "DEATH_OP", "Deaths", "death_certificate", "death_certificates",
+    "lost_worker", "report_death",
 ]
 
 logger = logging.getLogger("hpcfutures")
@@ -89,10 +90,7 @@ async def report_death(address: str, certificate: dict[str, Any], timeout: float
 async def death_certificate(client: Client, worker: str, timeout: float) -> dict[str, Any]:
     """The scheduler's word on a dead ``worker``: ``{"certificate": dict | None,
     "none_left": str | None}``, waiting up to ``timeout`` s for the certificate."""
-    answer: dict[str, Any] = await asyncio.wait_for(
-        getattr(scheduler_rpc(client), AWAIT_DEATH_OP)(worker=worker, timeout=timeout),
-        timeout + 5)
-    return answer
+    return await _ask_about_deaths(client, timeout, worker=worker)
 
 
 async def death_certificates(client: Client, workers: list[str],
@@ -100,11 +98,18 @@ async def death_certificates(client: Client, workers: list[str],
     """:func:`death_certificate` for each of ``workers``, in one request (one connection
     to the scheduler for a whole wave of deaths, where each request in flight opens
     one of its own)."""
-    answer: dict[str, Any] = await asyncio.wait_for(
-        getattr(scheduler_rpc(client), AWAIT_DEATH_OP)(workers=list(workers), timeout=timeout),
-        timeout + 5)
+    answer = await _ask_about_deaths(client, timeout, workers=list(workers))
     answers: dict[str, dict[str, Any]] = answer["answers"]
     return answers
+
+
+async def _ask_about_deaths(client: Client, timeout: float, **question: Any) -> dict[str, Any]:
+    """The scheduler's answer waits up to ``timeout`` s for certificates; the request
+    itself gets 5 s more to travel."""
+    answer: dict[str, Any] = await asyncio.wait_for(
+        getattr(scheduler_rpc(client), AWAIT_DEATH_OP)(timeout=timeout, **question),
+        timeout + 5)
+    return answer
 
 
 class Deaths:

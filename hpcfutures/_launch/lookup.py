@@ -75,9 +75,8 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
                                  "the launch is over")
         remaining = deadline - loop.time()
         if remaining <= 0:
-            raise StartupTimeoutError(_never_answered(
-            exchange, timeout + (patience.busy_grace if graced else 0.0), refused,
-            last_silent))
+            waited = timeout + (patience.busy_grace if graced else 0.0)
+            raise StartupTimeoutError(_never_answered(exchange, waited, refused, last_silent))
         info = await exchange.lookup_async(remaining, stale=refused)
         if spread_over:
             # Once the address is known, the spread and the queue at the scheduler are
