@@ -538,6 +538,12 @@ def test_a_wave_of_removals_reaches_only_the_workers_waiting_for_their_data_toge
             await cluster.until(lambda: getattr(scheduler.tasks.get(dependent.key),
                                                 "processing_on", None) is not None,
                                 "the dependent running on its worker")
+            # Its arguments fetched, and the scheduler told so: removing their first holder
+            # then loses no data, so the dependent stays where it is for every removal
+            # (else Dask sends it back to waiting, and the later removals tell nobody).
+            await cluster.until(lambda: all(
+                waiting in {ws.address for ws in scheduler.tasks[f.key].who_has}
+                for f in held), "the dependent's worker holding its arguments")
             sent: dict[str, list[tuple[float, Any]]] = {waiting: [], bystander: []}
             for address, record in sent.items():
                 stream = scheduler.stream_comms[address]
