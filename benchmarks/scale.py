@@ -60,6 +60,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import resource
 import shutil
 import signal
@@ -239,6 +240,8 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
     figures["file_reads"] = reads if side == "hpcfutures" else None
     figures["log_lines"] = {who: _lines(work / f"{tag}-{who}.log") for who in ("scheduler",
                                                                              "client")}
+    figures["certified"] = (_certified(work / f"{tag}-scheduler.log") if side == "hpcfutures"
+                            else None)
     return figures
 
 
@@ -321,6 +324,23 @@ def _lines(log: Path) -> int:
         return 0
 
 
+def _certified(log: Path) -> int:
+    """Deaths the scheduler logged a certificate for (its first line, then the wave's
+    summaries: "N more workers died within ..."), the stand-in watchers' reports."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0
+    count = 0
+    for line in text.splitlines():
+        more = re.search(r"hpcfutures: (\d+) more workers died within", line)
+        if more:
+            count += int(more.group(1))
+        elif re.search(r"hpcfutures: .* died: ", line):
+            count += 1
+    return count
+
+
 def dask_file_reads(seconds: float = 3.0) -> float:
     """How often Dask's worker looks for a scheduler file that is not there yet, per second."""
     from distributed import utils
@@ -388,6 +408,9 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
         ("map of 2 N calls, nothing lost (the first map), s", cell(num("warm_map"))),
         ("map done after killing 10 % of the workers (the second), s",
          cell(num("after_kill"))),
+        ("killed workers whose death was certified (by their watchers)",
+         cell(lambda r: "failed" if r.get("error") else
+              "—" if r.get("certified") is None else str(r["certified"]))),
         ("every result right", cell(right)),
         ("surviving ranks that ended otherwise than with the launch", cell(left)),
         ("shutdown: client leaves -> scheduler gone, s", cell(num("scheduler_gone", ".2f"))),

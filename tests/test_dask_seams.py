@@ -918,6 +918,27 @@ def test_a_death_certificate_reaches_the_client_through_the_scheduler():
     run(scenario())
 
 
+def test_a_heartbeat_read_after_its_workers_removal_is_no_warning(caplog):
+    """A dead worker's last heartbeat, read after its removal, is not worth a line (a
+    wave of hundreds gave a dozen); one from a worker never seen still warns."""
+
+    async def scenario() -> None:
+        async with live(workers=1, expected_workers=1) as cluster:
+            (worker,) = cluster.workers
+            address = cluster.address_of(worker)
+            await cluster.scheduler.remove_worker(address, stimulus_id="seam-test-gone")
+            with caplog.at_level("WARNING", logger="distributed.scheduler"):
+                late = cluster.scheduler.heartbeat_worker(address=address, metrics={})
+                stranger = cluster.scheduler.heartbeat_worker(address="tls://10.0.0.9:1",
+                                                              metrics={})
+            assert late == stranger == {"status": "missing"}  # what Dask does is unchanged
+            warned = [r.getMessage() for r in caplog.records if r.name == "distributed.scheduler"
+                      and "unregistered worker" in r.getMessage()]
+            assert warned == ["Received heartbeat from unregistered worker 'tls://10.0.0.9:1'."]
+
+    run(scenario())
+
+
 def test_timings_are_set_unless_the_user_set_them():
     """dask.config.defaults holds what Dask ships, to tell a user's value from it."""
     from hpcfutures._dask import tuning

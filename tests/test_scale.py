@@ -243,6 +243,9 @@ def test_the_scale_harness_runs_small_and_prints_its_table(tmp_path):
         assert result["wrong"] == 0 and set(result["outcomes"]) == {"exit 0"}, result
         assert result["client_status"] == 0 and result["scheduler_status"] == 0, result
         assert result["warm_map"] > 0 and result["after_kill"] > 0, result
+    ours = next(r for r in data["results"] if r["side"] == "hpcfutures")
+    # the killed host's stand-in watchers certified each of its 4 workers' deaths
+    assert ours["certified"] == 4, ours
     for row in ("ready after the scheduler file appeared", "scheduler CPU per join",
                 "scheduler descriptors", "scheduler-file reads", "nothing lost",
                 "map done after killing",
@@ -371,3 +374,25 @@ def test_a_joining_workers_check_is_a_tcp_connection_the_scheduler_takes_quietly
     asyncio.run(asyncio.wait_for(scenario(), 60))
     noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert noisy == [], [r.getMessage() for r in noisy]
+
+
+def test_a_large_launchs_watchers_have_longer_to_hand_in_a_certificate(monkeypatch):
+    """A wave of deaths queues hundreds of watchers' reports at one scheduler: each
+    watcher is told the launch's report timeout, grown with its size, not a fixed 5 s."""
+    from hpcfutures._dask import worker as worker_module
+    from hpcfutures._remote import deathwatch
+    from hpcfutures._support.patience import Patience
+
+    handed: list[dict] = []
+    monkeypatch.setattr(deathwatch, "start_watcher",
+                        lambda report, keep_fds=(): handed.append(report) or True)
+    monkeypatch.setattr(deathwatch, "set_key_source", lambda source: None)
+    patience = Patience.for_launch(2002, 60.0)
+    service = worker_module.WorkerService.__new__(worker_module.WorkerService)
+    service.address, service._security = "tls://10.0.0.1:8786", None
+    service._report_timeout = patience.report_timeout
+    service._worker = types.SimpleNamespace(address="tls://10.0.0.2:4000")
+    service._watch()
+    (report,) = handed
+    assert report["report_timeout"] == patience.report_timeout > worker_module.REPORT_TIMEOUT
+    assert report["worker"] == "tls://10.0.0.2:4000"

@@ -8,16 +8,27 @@ each rank hosted here runs exactly the worker role's code
 (``hpcfutures._launch``): its identity from the ``hpcfutures run`` launcher
 plug-in, the scheduler-file lookup, the probe, the join (with its knocks), a
 Dask worker with hpcfutures' plug-ins, heartbeats and the end of the launch.
-Left out is only what belongs to a process: the watcher process that reports
-a crash, signal handlers, GPU pinning and the exit.
+Left out is only what belongs to a process: signal handlers, GPU pinning and
+the exit.  A rank's watcher (the process that tells the scheduler how its
+worker died) is per process too, but what the scheduler and the client do
+after a death depends on it: a killed rank's watcher sends a certificate
+within a second or two, and without one the client waits for it (8 s and
+more) before running the lost calls again.  So each host has one companion
+process (``watchers``), outside its process group, that stands in for its
+ranks' watchers: each hosted worker hands it what it would hand its own
+watcher, and when the host dies without saying goodbye the companion sends
+the scheduler one certificate per hosted worker, each over its own
+connection and all at once, as that many watchers would (after one import
+of Dask where each watcher imports it for itself, in parallel on its node).
 
     python -m benchmarks.jobs.scale_hosts hpcfutures --first 2 --count 200 --size 2002 \\
         --launch-id ID --scheduler-file F --report OUT.json
+    python -m benchmarks.jobs.scale_hosts watchers       (started by the first, stdin a pipe)
     python -m benchmarks.jobs.scale_hosts dask --count 200 --scheduler-file F \\
         --credentials CREDS.json --report OUT.json
 
-The second is the same number of plain Dask workers in one process, for
-comparison.  Each prints ``WAITING`` once all its ranks look for the
+The third is the same number of plain Dask workers in one process, for
+comparison.  Each host prints ``WAITING`` once all its ranks look for the
 scheduler, and writes its report when all of them have ended.
 """
 
@@ -60,6 +71,7 @@ async def host_hpcfutures(args: argparse.Namespace) -> dict[str, Any]:
     from hpcfutures.launchers.run import LAUNCH_ID_VAR, RANK_VAR, SIZE_VAR
 
     _count_reads()
+    companion = _stand_in_for_watchers()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     waiting_since: dict[int, float] = {}
@@ -88,7 +100,7 @@ async def host_hpcfutures(args: argparse.Namespace) -> dict[str, Any]:
                                         spread=True)
             found_at[number] = time.monotonic()
             status = await join_and_serve(_dask, settings, plan, info, host, interface,
-                                          timeout, stop, watch=False)
+                                          timeout, stop, watch=True)
             outcomes[number] = f"exit {status}"
         except Exception as err:  # a rank that fails is a finding, not a crash of the host
             outcomes[number] = f"{type(err).__name__}: {err}"
@@ -106,8 +118,70 @@ async def host_hpcfutures(args: argparse.Namespace) -> dict[str, Any]:
     await started.wait()
     print("WAITING", flush=True)
     await asyncio.gather(*ranks)
+    companion.goodbye()
     return {"outcomes": _tally(outcomes.values()), "file_reads": _read_rates(waiting_since,
                                                                              found_at)}
+
+
+class _Companion:
+    """The pipe to the process that stands in for this host's ranks' watchers."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.jobs.scale_hosts", "watchers"],
+            stdin=subprocess.PIPE, start_new_session=True)  # outlives the host's group
+
+    def watch(self, report: dict[str, Any], keep_fds: tuple[int, ...] = ()) -> bool:
+        """In place of ``deathwatch.start_watcher``, for each hosted worker."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(json.dumps({**report, "pid": os.getpid()}).encode() + b"\n")
+        stdin.flush()
+        return True
+
+    def goodbye(self) -> None:
+        """The ranks left on purpose: nothing to report."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(b"goodbye\n")
+        stdin.close()
+
+
+def _stand_in_for_watchers() -> _Companion:
+    from hpcfutures._remote import deathwatch
+
+    companion = _Companion()
+    deathwatch.start_watcher = companion.watch  # type: ignore[assignment]
+    return companion
+
+
+def watchers() -> None:
+    """The companion: read the hosted workers' reports until the host's pipe closes;
+    if it closed without a goodbye, report every one as killed from outside.
+
+    It imports Dask before the death, where a real watcher imports it after:
+    about a second on the core its dead worker left free, on each node at once.
+    Here the one import would share a core with hundreds of busy hosted workers
+    (15-20 s at 2,000), which is the harness's cost, not a launch's.
+    """
+    from hpcfutures._dask.deaths import report_death
+    from hpcfutures._remote.watcher import REPORT_TIMEOUT, certificate, last_words
+
+    lines = sys.stdin.buffer.read().splitlines()
+    configs = [json.loads(line) for line in lines if line.startswith(b"{")]
+    if not configs or b"goodbye" in lines:
+        return
+
+    async def report_all() -> None:
+        await asyncio.gather(*(
+            report_death(config["address"], certificate(config, last_words(b""), []),
+                         float(config.get("report_timeout") or REPORT_TIMEOUT),
+                         config.get("credentials"))
+            for config in configs), return_exceptions=True)
+
+    asyncio.run(report_all())
 
 
 def _read_rates(waiting_since: dict[int, float], found_at: dict[int, float]) -> dict[str, Any]:
@@ -198,16 +272,19 @@ async def dask_scheduler(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["hpcfutures", "dask", "dask-scheduler"])
+    parser.add_argument("kind", choices=["hpcfutures", "dask", "dask-scheduler", "watchers"])
     parser.add_argument("--first", type=int, default=2)
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--size", type=int, default=0)
     parser.add_argument("--launch-id", default="")
-    parser.add_argument("--scheduler-file", required=True)
+    parser.add_argument("--scheduler-file", default="")
     parser.add_argument("--credentials", default="")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--report", default="")
     args = parser.parse_args()
+    if args.kind == "watchers":
+        watchers()
+        return
     if args.kind != "dask-scheduler":  # hundreds of workers' connections in one process
         import resource
 

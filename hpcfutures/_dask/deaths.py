@@ -22,6 +22,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +33,7 @@ from distributed.core import send_recv
 from distributed.scheduler import KilledWorker
 
 from ._common import make_security, scheduler_rpc
-from .client import Knock, knock
+from .client import Knock, listening
 
 __all__ = [
     "AWAIT_DEATH_OP", "DEATH_OP", "Deaths", "death_certificate", "death_certificates",
@@ -72,9 +73,11 @@ async def report_death(address: str, certificate: dict[str, Any], timeout: float
                        credentials: Mapping[str, str] | None = None) -> bool:
     """From a dead worker's watcher: hand the scheduler at ``address`` the certificate."""
     security = make_security(credentials)
-    # One knock first: a scheduler that has gone (the launch ended meanwhile)
-    # refuses at once, where connect() would retry for the whole timeout.
-    if await knock(address, timeout, security) is not Knock.ANSWERED:
+    # A look at the port first: a scheduler that has gone (the launch ended
+    # meanwhile) refuses at once, where connect() would retry for the whole
+    # timeout.  TCP only: a TLS knock cost the scheduler a second handshake per
+    # report, and a wave of hundreds of reports queued behind them.
+    if await listening(address, timeout) is Knock.REFUSED:
         return False
     args = security.get_connection_args("client") if security is not None else {}
     comm = await connect(address, timeout=timeout, **args)
@@ -148,6 +151,19 @@ class Deaths:
     def install(self, scheduler: Scheduler) -> None:
         scheduler.handlers[DEATH_OP] = self.record
         logging.getLogger("distributed.scheduler").addFilter(_not_dask_giving_up)
+        logging.getLogger("distributed.scheduler").addFilter(self._not_a_late_heartbeat)
+
+    def _not_a_late_heartbeat(self, record: logging.LogRecord) -> bool:
+        """Drop Dask's warning about a heartbeat from a worker that already departed.
+
+        A worker's heartbeat travels on its own connection: one sent just before
+        the worker died can be read after its departure was.  Dask then warns of
+        an "unregistered worker"; when hundreds die at once, a dozen such lines
+        buried the one summary line of the wave.  From a worker never seen, the
+        warning stays.
+        """
+        found = _LATE_HEARTBEAT.search(str(record.msg))
+        return found is None or found.group(1) not in self._departed
 
     def record(self, certificate: dict[str, Any]) -> str:
         worker = str(certificate.get("worker"))
@@ -363,6 +379,10 @@ class WaveLog:
         if self._opened is not None:
             self._report()
         self._opened = None
+
+
+#: Dask's warning about a heartbeat from a worker it does not know (its address quoted).
+_LATE_HEARTBEAT = re.compile(r"Received heartbeat from unregistered worker '([^']+)'")
 
 
 def _not_dask_giving_up(record: logging.LogRecord) -> bool:

@@ -25,6 +25,9 @@ logger = logging.getLogger("hpcfutures")
 #: measured; four times that, so that a worker checked just below Dask's pause
 #: threshold does not cross it once connected.
 JOINING_GROWTH = 16 * 2**20
+#: Seconds a worker that could not start, or its watcher once it died, spends telling
+#: the scheduler why (unless the launch's size asks for longer).
+REPORT_TIMEOUT = 5.0
 
 
 class _Worker(Worker):
@@ -52,11 +55,15 @@ class WorkerService:
     def __init__(self, address: str, *, name: str, nthreads: int,
                  memory_limit: str | int | None, host: str | None,
                  interface: str | None, timeout: float, security: Security | None = None,
-                 resources: dict[str, float] | None = None, watch: bool = False) -> None:
+                 resources: dict[str, float] | None = None, watch: bool = False,
+                 report_timeout: float = REPORT_TIMEOUT) -> None:
         self.name, self.address = name, address
         #: Whether a watcher reports this process's death (only a process that
         #: is a worker and nothing else: it takes over faulthandler and os._exit).
         self._watched = watch
+        #: Seconds the watcher may take to hand over a certificate (a wave of
+        #: deaths queues its reports at the scheduler: it grows with the launch).
+        self._report_timeout = report_timeout
         self._security = security
         self.verdict: int | None = None
         self._closed = asyncio.Event()
@@ -109,7 +116,8 @@ class WorkerService:
                        if security is not None else None)
         deathwatch.set_key_source(lambda: thread_state.key)
         deathwatch.start_watcher({"address": self.address, "credentials": credentials,
-                                  "worker": str(self._worker.address), "who": location()},
+                                  "worker": str(self._worker.address), "who": location(),
+                                  "report_timeout": self._report_timeout},
                                  keep_fds=deathwatch.launcher_fds())
 
     def _refuse_a_limit_it_already_crosses(self) -> None:
@@ -242,6 +250,3 @@ async def run_worker(address: str, *, who: str, stop: asyncio.Event | None = Non
         return None
     return await service.serve(stop)
 
-
-#: Seconds a worker that could not start spends telling the scheduler why.
-REPORT_TIMEOUT = 5.0

@@ -78,6 +78,7 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
             timeout=timeout + patience.herd,
             security=security,
             watch=watch,
+            report_timeout=patience.report_timeout,
         )
         joined = await _join_while_launch_lasts(service, plan.peers_exchange, info, stop,
                                                 answers, patience.knock_every)

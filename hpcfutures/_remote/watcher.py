@@ -33,7 +33,8 @@ from typing import Any
 
 #: Bytes of last words kept (faulthandler's report of many threads can be long).
 MAX_WORDS = 256 * 1024
-#: Seconds the watcher spends telling the scheduler (the client waits about as long).
+#: Seconds the watcher spends telling the scheduler, unless the worker says how long
+#: (a large launch's: ``Patience.report_timeout``).
 REPORT_TIMEOUT = 5.0
 
 #: Threads of a worker that get a row in the slot; more run unrecorded.
@@ -192,7 +193,8 @@ def _report(config: dict[str, Any], cert: dict[str, Any]) -> None:
     from hpcfutures._dask.deaths import report_death
 
     try:
-        asyncio.run(report_death(config["address"], cert, REPORT_TIMEOUT,
+        asyncio.run(report_death(config["address"], cert,
+                                 float(config.get("report_timeout") or REPORT_TIMEOUT),
                                  config.get("credentials")))
     except Exception:  # the scheduler is gone too: the launch is over
         pass
