@@ -18,11 +18,12 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._errors import SerializationError
 from .._remote.calls import Rows, pick, run_bundle, run_chunk_task, run_task
+from .._remote.shipping import ShippedFunction
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
@@ -105,7 +106,9 @@ class Sender:
             self._send(runner, group, calls)
 
     def _send(self, runner: Callable[..., Any], group: list, calls: int) -> None:
-        columns = zip(*[(fn, args, kwargs) for _, fn, args, kwargs, _ in group], strict=True)
+        shipped = _shipped_functions(fn for _, fn, *_ in group)
+        columns = zip(*[(shipped.get(id(fn), fn), args, kwargs)
+                        for _, fn, args, kwargs, _ in group], strict=True)
         try:
             with self._counted(calls):
                 dask_futures = self._client.map(runner, *columns,
@@ -219,6 +222,21 @@ class Sender:
 
 def _calls_in(chunk: list | Rows) -> int:
     return len(chunk.items if isinstance(chunk, Rows) else chunk)
+
+
+def _shipped_functions(functions: Iterable[Callable[..., Any]]) -> dict[int, ShippedFunction]:
+    """A batch's distinct functions, each pickled once for all its tasks (see
+    ``_remote/shipping.py``).  One that cannot be pickled is left as it is: Dask's
+    attempt fails, and the error says which function (``_submission_error``)."""
+    shipped: dict[int, ShippedFunction] = {}
+    unpicklable: set[int] = set()
+    for fn in functions:
+        if id(fn) not in shipped and id(fn) not in unpicklable:
+            try:
+                shipped[id(fn)] = ShippedFunction.of(fn)
+            except Exception:
+                unpicklable.add(id(fn))
+    return shipped
 
 
 def _submission_error(fn: Callable[..., Any], err: Exception) -> Exception:

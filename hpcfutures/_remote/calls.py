@@ -29,6 +29,7 @@ from .._errors import RemoteTraceback, SerializationError
 from .deathwatch import finished, running
 from .initializer import refuse_if_failed
 from .memory import explain
+from .shipping import unship
 
 __all__ = [
     "BundleOutcome", "ChunkOutcome", "Rows", "fail_with", "location", "pick", "restore_traceback",
@@ -172,7 +173,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     refuse_if_failed()
     running(fn)(0)
     try:
-        value = fn(*args, **kwargs)
+        value = unship(fn)(*args, **kwargs)
     except (Exception, SystemExit) as exc:
         raise _annotate(exc) from None
     finally:
@@ -266,6 +267,10 @@ def run_chunk(fn: Callable[..., Any], chunk: list, spread: bool = True) -> Chunk
     append = values.append
     mark = running(fn)  # which call runs, should one kill the worker (deathwatch.py)
     try:
+        try:
+            fn = unship(fn)
+        except (Exception, SystemExit) as exc:  # the first call's error: it could not run
+            return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
         for index, args in enumerate(chunk):
             mark(index)
             try:

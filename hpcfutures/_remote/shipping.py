@@ -1,0 +1,98 @@
+"""A call's function, pickled once per batch on the client, loaded once per worker.
+
+Dask pickles each task on its own on the way from the scheduler to a worker,
+and the scheduler unpickles the client's graph first.  A function defined in
+the user's script (``__main__``, which cloudpickle pickles by value, code and
+all) was therefore unpickled on the scheduler once per batch, pickled there
+again for every task (0.6-0.8 ms each: at 2,000 workers a tenth of the
+scheduler's time after a wave of deaths went to it, py-spy on
+``benchmarks/scale.py``), and unpickled again by the worker for every task.
+
+:class:`ShippedFunction` carries the function's cloudpickled bytes instead.
+The scheduler only ever sees bytes (pickling them is a copy), and a worker
+loads each distinct function once, then keeps it for the next task: as a
+``ProcessPoolExecutor`` worker keeps a function's module, and its globals,
+between calls.  The bytes are made once per batch the client sends, so a
+batch sees the function (and what it captures by value) as it was when the
+batch was sent, as before.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+__all__ = ["ShippedFunction", "unship"]
+
+#: Functions a worker keeps loaded, and the most bytes of them (a closure can hold
+#: a large array: such a one is loaded for each task instead, as before).
+KEPT = 64
+KEPT_BYTES = 256 * 2**20
+LARGEST_KEPT = 64 * 2**20
+
+_loaded: collections.OrderedDict[str, tuple[Callable[..., Any], int]] = collections.OrderedDict()
+_loaded_bytes = 0
+_lock = threading.Lock()
+
+
+class ShippedFunction:
+    """A function as pickled bytes, named as the function is (errors and the
+    death certificates name a call's function by its module and qualified name)."""
+
+    def __init__(self, payload: bytes, digest: str, name: str, qualname: str,
+                 module: str | None) -> None:
+        self.payload = payload
+        self.digest = digest
+        self.__name__ = name
+        self.__qualname__ = qualname
+        self.__module__ = module  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> ShippedFunction:
+        """``fn`` pickled now; raises what cloudpickle raises for an unpicklable one."""
+        payload = cloudpickle.dumps(fn)
+        qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        return cls(payload, hashlib.blake2b(payload, digest_size=16).hexdigest(),
+                   getattr(fn, "__name__", None) or qualname.rpartition(".")[2], qualname,
+                   getattr(fn, "__module__", None))
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return ShippedFunction, (self.payload, self.digest, self.__name__, self.__qualname__,
+                                 self.__module__)
+
+    def load(self) -> Callable[..., Any]:
+        """The function, loaded once per worker process (while it is kept)."""
+        global _loaded_bytes
+        with _lock:
+            kept = _loaded.get(self.digest)
+            if kept is not None:
+                _loaded.move_to_end(self.digest)
+                return kept[0]
+        fn: Callable[..., Any] = cloudpickle.loads(self.payload)
+        size = len(self.payload)
+        if size > LARGEST_KEPT:
+            return fn
+        with _lock:
+            if self.digest not in _loaded:
+                _loaded[self.digest] = (fn, size)
+                _loaded_bytes += size
+            while len(_loaded) > KEPT or _loaded_bytes > KEPT_BYTES:
+                _, (_, dropped) = _loaded.popitem(last=False)
+                _loaded_bytes -= dropped
+        return fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.load()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<shipped {self.__module__}.{self.__qualname__}>"
+
+
+def unship(fn: Any) -> Any:
+    """The function itself, for a runner about to call it."""
+    return fn.load() if isinstance(fn, ShippedFunction) else fn
