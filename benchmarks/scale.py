@@ -38,11 +38,17 @@ Figures (one row each, ``ours / Dask`` per N):
 - scheduler CPU per join: its CPU time over the same span, per worker, ms;
 - scheduler descriptors: the most it held (at ready and after the map);
 - file reads: reads of the scheduler file per waiting rank per second,
-  after the rank's first 10 s (Dask's workers stat the file every 0.1 s,
-  ``json_load_robust``; measured once, the same at every N);
+  after the rank's first 10 s, and the shortest time between two reads of
+  one rank then (the rule is at most one a second; Dask's workers stat the
+  file every 0.1 s, ``json_load_robust``; measured once, the same at every N);
+- idle: once every worker joined, the launch idles ``--idle`` s: the cores its
+  hosting processes and its scheduler use meanwhile (the hosted workers'
+  own timers and heartbeats: the part of this machine a map cannot have);
 - the first map: the same map once before, no worker lost: what such a map
   costs on this launch and this machine, the floor of the next figure, s;
 - after the kill: from the SIGKILL to the second map's last result, s;
+- certified: the killed workers whose death certificate the scheduler got
+  (from the killed host's stand-in watchers, ``jobs/scale_hosts.py``);
 - results right, and the ranks that ended otherwise than with the launch;
 - shutdown: from the client leaving its block to the scheduler's process gone,
   and to every process gone, s (a hosting process closes its hundreds of
@@ -150,7 +156,7 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path,
            "SCALE_CALLS": str(args.calls_per_worker * workers), "SCALE_SECONDS": str(args.seconds),
-           "SCALE_WORKERS": str(workers)}
+           "SCALE_WORKERS": str(workers), "SCALE_IDLE": str(args.idle)}
     env.pop("HPCFUTURES_LOG_DIR", None)
     ranks_env = {"HPCFUTURES_LOG_DIR": str(work / "rank-logs")} if args.rank_logs else {}
     launch = {"HPCFUTURES_SIZE": str(workers + 2),
@@ -223,7 +229,7 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
                 process.wait()
         scheduler_file.unlink(missing_ok=True)
     outcomes: dict[str, int] = {}
-    reads = {"reads": 0, "rank_seconds": 0.0, "most_per_second": 0.0}
+    reads: dict[str, Any] = {"reads": 0, "rank_seconds": 0.0, "shortest_gap": None}
     for report in reports[1:]:  # the first host was killed
         if not report.exists():
             outcomes["(a host wrote no report)"] = outcomes.get("(a host wrote no report)", 0) + 1
@@ -234,8 +240,9 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
         if data["file_reads"]:
             for key in ("reads", "rank_seconds"):
                 reads[key] += data["file_reads"][key]
-            reads["most_per_second"] = max(reads["most_per_second"],
-                                           data["file_reads"]["most_per_second"])
+            gaps = [g for g in (reads["shortest_gap"], data["file_reads"]["shortest_gap"])
+                    if g is not None]
+            reads["shortest_gap"] = min(gaps) if gaps else None
     figures["outcomes"] = outcomes
     figures["file_reads"] = reads if side == "hpcfutures" else None
     figures["log_lines"] = {who: _lines(work / f"{tag}-{who}.log") for who in ("scheduler",
@@ -266,6 +273,13 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             out["ready"] = when - published
             out["cpu_since_publish"] = cpu_seconds(scheduler.pid) - cpu_at_publish
             out["fds"] = max(out["fds"], descriptors(scheduler.pid))
+            idle_from = (time.monotonic(), _cpu_of(hosts), cpu_seconds(scheduler.pid))
+        elif what == "IDLE":
+            # Cores the idle launch keeps busy: the hosted workers' own timers and
+            # heartbeats, which a real rank spends on a core of its own.
+            span = time.monotonic() - idle_from[0]
+            out["idle_hosts_cores"] = (_cpu_of(hosts) - idle_from[1]) / span
+            out["idle_scheduler_cores"] = (cpu_seconds(scheduler.pid) - idle_from[2]) / span
         elif what == "WARM":
             out["warm_map"] = float(rest.split()[1])
         elif what == "MAPPING":
@@ -280,6 +294,14 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
         elif what == "LEAVING":
             out["leaving"] = when
             return out
+
+
+def _cpu_of(processes: list[subprocess.Popen[str]]) -> float:
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(OSError, IndexError):
+            total += cpu_seconds(process.pid)
+    return total
 
 
 def _phases(hosts: list[subprocess.Popen[str]], logs: list[Path]) -> str:
@@ -384,7 +406,9 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
         fr = r.get("file_reads") or {}
         if not fr.get("rank_seconds"):
             return "—"
-        return f"{fr['reads'] / fr['rank_seconds']:.2f} (≤{fr['most_per_second']:.1f})"
+        gap = fr.get("shortest_gap")
+        return f"{fr['reads'] / fr['rank_seconds']:.2f}" + (
+            f" (≥{gap:.2f} s apart)" if gap is not None else "")
 
     def left(r: dict[str, Any]) -> str:
         if r.get("error"):
@@ -404,7 +428,10 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
         ("ready after the scheduler file appeared, s", cell(num("ready"))),
         ("scheduler CPU per join, ms", cell(num("cpu_per_join_ms", ".2f"))),
         ("scheduler descriptors, most", cell(num("fds", "d"))),
-        ("scheduler-file reads per waiting rank per s, after 10 s (most)", cell(reads)),
+        ("scheduler-file reads per waiting rank per s, after 10 s (shortest gap)", cell(reads)),
+        ("idle, every worker joined: CPU of the hosting processes / the scheduler, cores",
+         cell(lambda r: "failed" if r.get("error") else "—" if r.get("idle_hosts_cores") is None
+              else f"{r['idle_hosts_cores']:.2f}+{r['idle_scheduler_cores']:.2f}")),
         ("map of 2 N calls, nothing lost (the first map), s", cell(num("warm_map"))),
         ("map done after killing 10 % of the workers (the second), s",
          cell(num("after_kill"))),
@@ -433,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the map's calls: this many per worker")
     parser.add_argument("--wait-first", type=float, default=13.0,
                         help="seconds the worker ranks wait before the scheduler starts")
+    parser.add_argument("--idle", type=float, default=5.0,
+                        help="seconds the joined launch stays idle before the first map "
+                        "(its CPU then is a row)")
     parser.add_argument("--soft-nofile", type=int, default=1024)
     parser.add_argument("--nice", type=int, default=10,
                         help="niceness of the hosting processes (0: as the scheduler)")
@@ -449,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     args.keep = args.keep or args.rank_logs
     if args.quick:
         args.ranks, args.hosts, args.wait_first, args.seconds = "16", 4, 0.0, 0.2
+        args.idle = 0.5
     sizes = [int(n) for n in args.ranks.split(",")]
     work = Path(tempfile.mkdtemp(prefix="hpcfutures-scale-"))
     sys.path.insert(0, str(ROOT))

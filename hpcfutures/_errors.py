@@ -17,6 +17,8 @@
     ├── NotServingError (ConnectionError)     connect(): no serving launch behind the file
     ├── SerializationError (TypeError,        a call, its arguments or its result could
     │       pickle.PicklingError)             not be pickled
+    ├── RemoteExceptionError (RuntimeError)   a call raised an exception whose class the
+    │                                         client cannot import (its name, text kept)
     ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
     ├── WorkerCrashError (RuntimeError)       a call killed its worker process (or its
     │                                         worker was lost too often)
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import pickle
 from concurrent.futures import BrokenExecutor
+from typing import Any
 
 __all__ = [
     "AllocationError",
@@ -48,6 +51,7 @@ __all__ = [
     "NotEnoughRanksError",
     "NotServingError",
     "QueueTimeoutError",
+    "RemoteExceptionError",
     "SchedulerFileError",
     "SerializationError",
     "StartupTimeoutError",
@@ -144,6 +148,27 @@ class SerializationError(HPCFuturesError, TypeError, pickle.PicklingError):
     so existing ``except`` clauses keep working.  Only that call's future
     fails; the executor stays usable.
     """
+
+
+class RemoteExceptionError(HPCFuturesError, RuntimeError):
+    """A call raised an exception that cannot be rebuilt where the client runs.
+
+    Usually its class lives in a module that only the workers can import (a
+    package installed on the cluster, a file beside the job's script there).
+    This error stands in for it: ``type_name`` is the original class's
+    qualified name (``module.Class``), ``message`` its text, and the worker's
+    traceback is attached as ``__cause__`` as for any call's exception; its
+    own text says why the original could not be rebuilt.  Make the module
+    importable where the client runs to get the exception as itself.
+    """
+
+    def __init__(self, text: str, type_name: str = "", message: str = "") -> None:
+        super().__init__(text)
+        self.type_name = type_name
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.type_name, self.message), self.__dict__
 
 
 class TaskMemoryError(MemoryError, HPCFuturesError):

@@ -420,6 +420,29 @@ def test_a_wave_of_deaths_logs_the_first_and_one_summary_line(lines, short_waves
     asyncio.run(scenario())
 
 
+def test_a_waves_certificates_that_come_in_bursts_are_still_one_wave(lines, short_waves):
+    """At 2,000 workers a scheduler busy with a map took 200 watchers' reports in three
+    bursts seconds apart, and logged three waves (six lines): while workers that left
+    still have certificates on their way, the wave stays open."""
+    async def scenario() -> None:
+        deaths = Deaths()
+        for i in range(30):
+            deaths.departed_worker(f"w{i}")
+        for burst in range(3):
+            for i in range(burst * 10, burst * 10 + 10):
+                deaths.record(certificate(f"w{i}", "SIGKILL", rank=i))
+            await asyncio.sleep(short_waves * 3)  # quiet for longer than a window
+        said = lines.warnings()
+        assert said[0] == "rank 0 (worker) on node0 died: killed by SIGKILL", said
+        assert len(said) == 2, said
+        assert said[1].startswith("29 more workers died within "), said[1]
+        # with every certificate in, the next death is a line of its own, at once
+        deaths.record(certificate("w99", rank=99))
+        assert lines.warnings()[2:] == ["rank 99 (worker) on node0 died: killed by SIGSEGV"]
+
+    asyncio.run(scenario())
+
+
 def test_a_long_wave_reports_as_it_goes_and_the_close_flushes_it(lines, short_waves,
                                                                    monkeypatch):
     monkeypatch.setattr(deaths_module, "WAVE_REPORT_EVERY", 0.3, raising=False)

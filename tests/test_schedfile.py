@@ -146,3 +146,29 @@ def test_old_tombstones_are_swept_when_a_scheduler_publishes(tmp_path):
     live.publish(info("live"))
     assert not (tmp_path / "scheduler-old.json").exists()
     assert (tmp_path / "scheduler-live.json").exists()
+
+
+def test_a_look_again_after_a_failed_probe_keeps_the_slow_pace_it_had_reached(
+        tmp_path, monkeypatch):
+    """Issue 30: a rank that had waited 20 s, found the file and failed to probe
+    the (busy) scheduler began again at 200 looks a second; at 1,000 ranks the
+    harness saw two reads of one rank 0.42 s apart after its first 10 s."""
+    from hpcfutures.launchers import _schedfile
+
+    clock = [1000.0]
+    monkeypatch.setattr(_schedfile.time, "monotonic", lambda: clock[0])
+    ex = exchange(tmp_path)
+    waiting = ex._looking(100.0, None)
+    assert next(waiting) < 0.05  # quick at first: the file appears within seconds
+    clock[0] += 20.0
+    assert next(waiting) >= 1.0  # then at most once a second
+    published = info()
+    ex.publish(published)
+    with pytest.raises(StopIteration):
+        next(waiting)  # found; its probe fails, and the rank looks again:
+    again = ex._looking(100.0, published)
+    assert next(again) >= 1.0
+    # a lookup of its own (a new executor in this process) starts quick again
+    fresh = ex._looking(100.0, None)
+    with pytest.raises(StopIteration):
+        next(fresh)

@@ -97,3 +97,79 @@ def test_an_unpicklable_function_still_fails_its_call_with_a_clear_error():
         error = future.exception(timeout=60)
     assert isinstance(error, hpcfutures.SerializationError), error
     assert "could not send task" in str(error) and "<lambda>" in str(error)
+
+
+def add(a, b=0):
+    return a + b
+
+
+def test_an_unpicklable_argument_is_named_by_its_place_and_type_not_by_dasks_wrapper():
+    """Issue 29: the error named Dask's internal "LLGExpr" and not the argument."""
+    import threading
+
+    lock = threading.Lock()
+    with hpcfutures.Executor(max_workers=1) as ex:
+        positional = ex.submit(add, 1, lock).exception(timeout=60)
+        keyword = ex.submit(add, 1, b=lock).exception(timeout=60)
+        with_map = ex.map(add, [1, 2, 3], [4, lock, 6])
+        try:
+            list(with_map)
+        except hpcfutures.SerializationError as err:
+            in_map: BaseException = err
+        else:
+            raise AssertionError("a map over an unpicklable argument did not fail")
+        assert ex.submit(add, 2, 3).result(timeout=60) == 5  # still usable
+    for error, where in ((positional, "positional argument 2 (a _thread.lock)"),
+                         (keyword, "keyword argument 'b' (a _thread.lock)"),
+                         (in_map, "map item's argument 2 (a _thread.lock)")):
+        assert isinstance(error, hpcfutures.SerializationError), error
+        text = str(error)
+        assert f"could not send task 'add' to the cluster: its {where} cannot be pickled" \
+            in text, text
+        assert "LLGExpr" not in text and "cannot pickle '_thread.lock' object" in text, text
+
+
+def raise_from_a_module_only_the_workers_have(folder, fail):
+    """Import a module from ``folder`` (the client never does) and raise its error."""
+    import sys as worker_sys
+
+    if folder not in worker_sys.path:
+        worker_sys.path.insert(0, folder)
+    import hpcf_worker_only  # on the worker only, on purpose
+
+    if fail:
+        raise hpcf_worker_only.SiteError("the detector is offline")
+    return "fine"
+
+
+def test_an_exception_whose_class_the_client_cannot_import_keeps_its_name(tmp_path, caplog):
+    """Issue 29: the future got a bare ModuleNotFoundError, and Dask logged three
+    CRITICAL 'Failed to deserialize' tracebacks."""
+    (tmp_path / "hpcf_worker_only.py").write_text(
+        "class SiteError(Exception):\n    pass\n")
+    folder = str(tmp_path)
+    assert "hpcf_worker_only" not in sys.modules
+    with hpcfutures.Executor(max_workers=1) as ex:
+        error = ex.submit(raise_from_a_module_only_the_workers_have, folder, True).exception(
+            timeout=60)
+        results = ex.map(raise_from_a_module_only_the_workers_have, [folder] * 3,
+                         [False, False, True], chunksize=3)
+        assert next(results) == "fine" and next(results) == "fine"
+        try:
+            next(results)
+        except hpcfutures.RemoteExceptionError as err:
+            in_map: BaseException = err
+        else:
+            raise AssertionError("the map's third call did not fail")
+        assert ex.submit(add, 1, 2).result(timeout=60) == 3  # the executor is usable
+    for err in (error, in_map):
+        assert isinstance(err, hpcfutures.RemoteExceptionError), repr(err)
+        assert err.type_name == "hpcf_worker_only.SiteError"
+        assert err.message == "the detector is offline"
+        assert str(err).startswith("hpcf_worker_only.SiteError: the detector is offline (")
+        assert "No module named 'hpcf_worker_only'" in str(err)
+        assert isinstance(err.__cause__, hpcfutures.RemoteTraceback)
+        assert "raise hpcf_worker_only.SiteError" in str(err.__cause__)
+    assert "hpcf_worker_only" not in sys.modules
+    assert not [r for r in caplog.records if r.levelname in ("CRITICAL", "ERROR")], \
+        [r.getMessage() for r in caplog.records]

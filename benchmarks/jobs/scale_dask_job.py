@@ -16,6 +16,7 @@ from benchmarks.jobs.scale_hosts import dask_security
 
 CALLS = int(os.environ.get("SCALE_CALLS", "300"))
 SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
+IDLE = float(os.environ.get("SCALE_IDLE", "0"))
 WORKERS = int(os.environ["SCALE_WORKERS"])
 
 
@@ -32,6 +33,9 @@ scheduler_file, credentials = sys.argv[1], Path(sys.argv[2])
 client = Client(scheduler_file=scheduler_file, security=dask_security(credentials), timeout=60)
 client.wait_for_workers(WORKERS, timeout=600)
 say("READY")
+# Every worker joined and idle: what the launch costs doing nothing.
+time.sleep(IDLE)
+say("IDLE")
 began = time.time()
 assert client.gather(client.map(work, range(CALLS), pure=False)) == [n * n for n in range(CALLS)]
 say("WARM", time.time() - began)

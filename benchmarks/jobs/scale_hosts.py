@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -189,18 +190,25 @@ def watchers() -> None:
 
 
 def _read_rates(waiting_since: dict[int, float], found_at: dict[int, float]) -> dict[str, Any]:
-    """Reads of the scheduler file per waiting rank per second, after its first 10 s."""
-    late_reads, late_seconds, most = 0, 0.0, 0.0
+    """Reads of the scheduler file per waiting rank per second after its first 10 s,
+    and the shortest time between two such reads of one rank (the rule: at most
+    one a second; a rate over a short window would count a read the first 10 s
+    had scheduled)."""
+    late_reads, late_seconds, shortest = 0, 0.0, None
+    by_rank: dict[int, list[float]] = {}
+    for who, when in READS:
+        by_rank.setdefault(who, []).append(when)
     for number, since in waiting_since.items():
         end = found_at.get(number)
         if end is None or end - since <= 11.0:
             continue
-        reads = sum(1 for who, when in READS if who == number and since + 10.0 <= when < end)
-        window = end - since - 10.0
-        late_reads += reads
-        late_seconds += window
-        most = max(most, reads / window)
-    return {"reads": late_reads, "rank_seconds": late_seconds, "most_per_second": most}
+        late = [when for when in by_rank.get(number, ()) if since + 10.0 <= when < end]
+        late_reads += len(late)
+        late_seconds += end - since - 10.0
+        for before, after in itertools.pairwise(late):
+            gap = after - before
+            shortest = gap if shortest is None else min(shortest, gap)
+    return {"reads": late_reads, "rank_seconds": late_seconds, "shortest_gap": shortest}
 
 
 def _tally(outcomes: Any) -> dict[str, int]:

@@ -19,6 +19,7 @@ import hpcfutures
 
 CALLS = int(os.environ.get("SCALE_CALLS", "300"))
 SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
+IDLE = float(os.environ.get("SCALE_IDLE", "0"))
 WORKERS = int(os.environ["HPCFUTURES_SIZE"]) - 2
 
 
@@ -86,6 +87,9 @@ with hpcfutures.Executor() as ex:
     while bridge.workers_now(60) < WORKERS:
         time.sleep(0.05)
     say("READY")
+    # Every worker joined and idle: what the launch costs doing nothing.
+    time.sleep(IDLE)
+    say("IDLE")
     # A first map, no worker lost: what a map of this size costs on this launch.
     began = time.time()
     assert list(ex.map(work, range(CALLS))) == [n * n for n in range(CALLS)]

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from distributed import Client, Scheduler
@@ -57,6 +57,10 @@ LOST = "lost"
 WAVE_WINDOW = 1.0
 #: ... and a wave that goes on logs its summary at least this often.
 WAVE_REPORT_EVERY = 10.0
+#: Seconds after a worker left without a certificate during which certificates still
+#: belong to its wave, however far apart they come: a scheduler busy with a map takes
+#: a large wave's reports in bursts (over 23 s at 2,000 workers, three waves' lines).
+CERTIFICATES_EXPECTED_FOR = 30.0
 
 
 def lost_worker(exc: BaseException | None) -> tuple[str, str] | None:
@@ -146,7 +150,9 @@ class Deaths:
         self._causes: collections.Counter[str] = collections.Counter()
         #: Set once every departed worker's certificate is in (why_none_left waits for it).
         self._all_certified: asyncio.Future[None] | None = None
-        self._log = WaveLog(logger, "worker died", "workers died")
+        #: When the latest worker left before its certificate came.
+        self._last_uncertified = 0.0
+        self._log = WaveLog(logger, "worker died", "workers died", expecting=self._expecting)
 
     def install(self, scheduler: Scheduler) -> None:
         scheduler.handlers[DEATH_OP] = self.record
@@ -194,6 +200,12 @@ class Deaths:
         else:
             self._uncertified.add(worker)
             self._causes[LOST] += 1
+            self._last_uncertified = time.monotonic()
+
+    def _expecting(self) -> bool:
+        """Whether certificates of a recent wave of departures are still on their way."""
+        return bool(self._uncertified) and (
+            time.monotonic() - self._last_uncertified < CERTIFICATES_EXPECTED_FOR)
 
     def _recount(self, was: str, now: str) -> None:
         self._causes[was] -= 1
@@ -308,8 +320,11 @@ class WaveLog:
     line is logged at once.
     """
 
-    def __init__(self, log: logging.Logger, one: str, many: str, examples: int = 3) -> None:
+    def __init__(self, log: logging.Logger, one: str, many: str, examples: int = 3,
+                 expecting: Callable[[], bool] = lambda: False) -> None:
         self.log, self.one, self.many, self.examples = log, one, many, examples
+        #: Whether more of the wave is known to be on its way: it stays open meanwhile.
+        self.expecting = expecting
         self.window, self.report_every = WAVE_WINDOW, WAVE_REPORT_EVERY
         #: When the wave's first event (logged at once) and its latest came; None: no wave.
         self._opened: float | None = None
@@ -326,7 +341,8 @@ class WaveLog:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is None or self._opened is None or now - self._latest > self.window:
+        if loop is None or self._opened is None or (
+                now - self._latest > self.window and not self.expecting()):
             self.flush()
             self.log.warning("%s", line)
             if loop is not None:
@@ -346,14 +362,16 @@ class WaveLog:
         if self._opened is None:
             return
         now = time.monotonic()
-        quiet = now - self._latest >= self.window
+        quiet = now - self._latest >= self.window and not self.expecting()
         if quiet or now - self._opened >= self.report_every:
             self._report()
         if quiet:
             self._opened = None
             return
         due = min(self._latest + self.window, self._opened + self.report_every)
-        self._timer = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._check)
+        if due <= now:  # quiet, but more is expected: look again in a window's time
+            due = now + self.window
+        self._timer = asyncio.get_running_loop().call_later(due - now, self._check)
 
     def _report(self) -> None:
         if not self._held:

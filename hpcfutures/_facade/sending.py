@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import cloudpickle
+
 from .._errors import SerializationError
 from .._remote.calls import Rows, pick, run_bundle, run_chunk_task, run_task
 from .._remote.shipping import ShippedFunction
@@ -129,7 +131,8 @@ class Sender:
                 return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
                                            pure=False)
         except Exception as err:
-            settle(future, exception=_submission_error(fn, err))
+            settle(future, exception=_submission_error(
+                fn, err, _unpicklable_part(runner, fn, args, kwargs)))
             return None
 
     # ------------------------------------------------------ single tasks
@@ -239,11 +242,69 @@ def _shipped_functions(functions: Iterable[Callable[..., Any]]) -> dict[int, Shi
     return shipped
 
 
-def _submission_error(fn: Callable[..., Any], err: Exception) -> Exception:
+def _unpicklable_part(runner: Callable[..., Any], fn: Callable[..., Any], args: tuple,
+                      kwargs: dict) -> tuple[str, BaseException] | None:
+    """Which part of a call cannot be pickled, named as its caller wrote it (the
+    function, positional argument 2, keyword argument 'lock', a map item's
+    argument), and cloudpickle's own error for it; None if each part pickles.
+
+    Dask's error for the whole task names its own wrapper ("Could not serialize
+    object of type LLGExpr"), which tells the user nothing about their call.
+    """
+    failure = _pickling_error(fn)
+    if failure is not None:
+        return "function", failure
+    if runner is run_chunk_task:
+        chunk = args[0]
+        rows = chunk.items if isinstance(chunk, Rows) else chunk
+        spread = chunk.spread if isinstance(chunk, Rows) else True
+        for row in rows:
+            for position, value in enumerate(row if spread else (row,), start=1):
+                failure = _pickling_error(value)
+                if failure is not None:
+                    return f"map item's argument {position} ({_kind(value)})", failure
+        return None
+    for position, value in enumerate(args, start=1):
+        failure = _pickling_error(value)
+        if failure is not None:
+            return f"positional argument {position} ({_kind(value)})", failure
+    for name, value in kwargs.items():
+        failure = _pickling_error(value)
+        if failure is not None:
+            return f"keyword argument {name!r} ({_kind(value)})", failure
+    return None
+
+
+def _pickling_error(value: Any) -> Exception | None:
+    try:
+        cloudpickle.dumps(value)
+    except Exception as err:
+        return err
+    return None
+
+
+def _kind(value: Any) -> str:
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return f"a {kind.__qualname__}"
+    return f"a {kind.__module__}.{kind.__qualname__}"
+
+
+def _submission_error(fn: Callable[..., Any], err: Exception,
+                      part: tuple[str, BaseException] | None = None) -> Exception:
     """Explain why a task could not even be sent (usually: it cannot be pickled)."""
     name = getattr(fn, "__qualname__", repr(fn))
     if isinstance(err, (cf.CancelledError, RuntimeError)) and "argument" in str(err):
         return err
+    if part is not None:
+        what, cause = part
+        named = SerializationError(
+            f"could not send task {name!r} to the cluster: its {what} cannot be pickled "
+            f"({type(cause).__name__}: {cause}). A function and its arguments must be "
+            "picklable with cloudpickle: pass plain data (numbers, strings, arrays, "
+            "paths), and open files, locks, sockets or clients inside the function")
+        named.__cause__ = cause
+        return named
     wrapped = SerializationError(
         f"could not send task {name!r} to the cluster: {type(err).__name__}: {err}. "
         "The function and its arguments must be picklable with cloudpickle (no open "

@@ -13,6 +13,7 @@ end the worker's process) and the client raises ``SystemExit`` from the future.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import linecache
 import os
@@ -25,7 +26,7 @@ from typing import Any
 
 import cloudpickle
 
-from .._errors import RemoteTraceback, SerializationError
+from .._errors import RemoteExceptionError, RemoteTraceback, SerializationError
 from .deathwatch import finished, running
 from .initializer import refuse_if_failed
 from .memory import explain
@@ -68,7 +69,65 @@ def _annotate(exc: BaseException) -> BaseException:
     try:
         setattr(exc, _TRACEBACK_ATTR, f"{header}{text}\"\"\"")
     except AttributeError:  # exception types with __slots__ and no __dict__
-        pass
+        return exc
+    return _portable(exc)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc``, made to unpickle even where its class cannot be imported.
+
+    Its class may live in a module only the workers have.  The client then
+    failed to unpickle it: the future got a bare ``ModuleNotFoundError`` (the
+    type, the message and the traceback lost), and Dask logged three
+    CRITICAL tracebacks.  Pickled now, the exception travels as those bytes
+    beside its name, text and traceback; the client rebuilds it from the bytes,
+    or else makes a :class:`~hpcfutures.RemoteExceptionError` from the rest.
+    (An instance's own ``__reduce_ex__`` is what pickle asks first, before
+    the class's; the bytes were made before it was set.)
+    """
+    kind = type(exc)
+    if kind in copyreg.dispatch_table:
+        # Pickled by a reducer registered for its class (tblib's, which Dask
+        # installs for every exception class that exists when it is imported):
+        # such a class was importable before any call ran, and pickle asks that
+        # reducer before the instance.
+        return exc
+    try:
+        payload = cloudpickle.dumps(exc)
+    except Exception:  # _rebuildable made sure it pickles; nothing else to do
+        return exc
+    exc.__reduce_ex__ = _PortableReduce(  # type: ignore[method-assign,assignment]
+        (payload, f"{kind.__module__}.{kind.__qualname__}", str(exc),
+         getattr(exc, _TRACEBACK_ATTR, None)))
+    return exc
+
+
+class _PortableReduce:
+    """An exception's own ``__reduce_ex__``: rebuilt on the client by :func:`_rebuild`."""
+
+    __slots__ = ("described",)
+
+    def __init__(self, described: tuple[bytes, str, str, str | None]) -> None:
+        self.described = described
+
+    def __call__(self, protocol: int) -> tuple[Any, tuple]:
+        return _rebuild, self.described
+
+
+def _rebuild(payload: bytes, type_name: str, message: str,
+             traceback_text: str | None) -> BaseException:
+    """On the client: a call's exception, or what stands in for it (see :func:`_portable`)."""
+    try:
+        exc: BaseException = cloudpickle.loads(payload)
+    except Exception as err:
+        module = type_name.rpartition(".")[0]
+        exc = RemoteExceptionError(
+            f"{type_name}: {message} (the call raised this exception on its worker; it could "
+            f"not be rebuilt here, where the client runs: {type(err).__name__}: {err}. Make "
+            f"the module {module!r} importable here to get the exception as itself)",
+            type_name, message)
+        if traceback_text is not None:
+            setattr(exc, _TRACEBACK_ATTR, traceback_text)
     return exc
 
 

@@ -59,6 +59,9 @@ class SchedulerFileExchange(AddressExchange):
         #: that start after the end (late job-array elements) exit at once.
         self.tombstone = tombstone
         self.description = f"scheduler file {self.path}"
+        #: When this rank began looking for the scheduler (a look again after a
+        #: failed probe keeps its slow pace: see _looking).
+        self._first_look: float | None = None
 
     @classmethod
     def for_launch(cls, settings, identity, tombstone: bool = False) -> SchedulerFileExchange:
@@ -116,6 +119,12 @@ class SchedulerFileExchange(AddressExchange):
         (:func:`shared_file_poll`), returns what it found."""
         started = time.monotonic()
         deadline = started + timeout
+        if stale is None or self._first_look is None:
+            self._first_look = started
+        # A look again after a failed probe (``stale``) goes on at the pace the
+        # rank had reached: restarted from quick looks, every rank whose probe
+        # of a busy scheduler failed read the file 25 times in 2 s.
+        first_look = self._first_look
         reported: set[str] = set()
         while True:
             info = self._read_quietly()
@@ -138,7 +147,7 @@ class SchedulerFileExchange(AddressExchange):
                     "sure the path is on a filesystem every rank sees, or raise the deadline "
                     "with timeout= / HPCFUTURES_TIMEOUT."
                 )
-            yield max(0.0, min(shared_file_poll(now - started), deadline - now))
+            yield max(0.0, min(shared_file_poll(now - first_look), deadline - now))
 
     def _while_waiting(self) -> None:
         """Called between reads while no usable file is there; may raise to stop waiting."""
