@@ -507,3 +507,23 @@ def test_a_wave_of_failed_starts_logs_one_summary_line(lines, short_waves):
         assert sum(topic == STARTUP_TOPIC for topic, _ in scheduler.events) == 20
 
     asyncio.run(scenario())
+
+
+def test_a_closed_schedulers_departed_workers_silence_no_later_warning():
+    """The late-heartbeat filter sits on Dask's process-wide logger: once its scheduler
+    closes it goes (in a test run, an earlier scheduler's departed worker silenced a
+    later one's warning about a stranger at the same address)."""
+    import types
+
+    dask_log = logging.getLogger("distributed.scheduler")
+    late = logging.LogRecord("distributed.scheduler", logging.WARNING, __file__, 1,
+                             "Received heartbeat from unregistered worker 'tls://10.0.0.1:1'.",
+                             None, None)
+    deaths = Deaths()
+    deaths.install(types.SimpleNamespace(handlers={}))
+    try:
+        deaths.departed_worker("tls://10.0.0.1:1")
+        assert not dask_log.filter(late)
+    finally:
+        deaths.uninstall()
+    assert dask_log.filter(late)

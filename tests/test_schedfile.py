@@ -166,7 +166,10 @@ def test_a_look_again_after_a_failed_probe_keeps_the_slow_pace_it_had_reached(
     ex.publish(published)
     with pytest.raises(StopIteration):
         next(waiting)  # found; its probe fails, and the rank looks again:
+    clock[0] += 0.5  # the probe failed half a second after the read that found it
     again = ex._looking(100.0, published)
+    assert next(again) >= 0.5  # the look again waits for its turn: a second after that read
+    clock[0] += 1.0
     assert next(again) >= 1.0
     # a lookup of its own (a new executor in this process) starts quick again
     fresh = ex._looking(100.0, None)

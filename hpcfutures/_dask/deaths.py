@@ -24,6 +24,7 @@ import contextlib
 import logging
 import re
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -153,11 +154,19 @@ class Deaths:
         #: When the latest worker left before its certificate came.
         self._last_uncertified = 0.0
         self._log = WaveLog(logger, "worker died", "workers died", expecting=self._expecting)
+        self._heartbeat_filter: _LateHeartbeats | None = None
 
     def install(self, scheduler: Scheduler) -> None:
         scheduler.handlers[DEATH_OP] = self.record
         logging.getLogger("distributed.scheduler").addFilter(_not_dask_giving_up)
-        logging.getLogger("distributed.scheduler").addFilter(self._not_a_late_heartbeat)
+        self._heartbeat_filter = _LateHeartbeats(self)
+        logging.getLogger("distributed.scheduler").addFilter(self._heartbeat_filter)
+
+    def uninstall(self) -> None:
+        """The scheduler closed: its departed workers say nothing about another's."""
+        if self._heartbeat_filter is not None:
+            logging.getLogger("distributed.scheduler").removeFilter(self._heartbeat_filter)
+            self._heartbeat_filter = None
 
     def _not_a_late_heartbeat(self, record: logging.LogRecord) -> bool:
         """Drop Dask's warning about a heartbeat from a worker that already departed.
@@ -397,6 +406,21 @@ class WaveLog:
         if self._opened is not None:
             self._report()
         self._opened = None
+
+
+class _LateHeartbeats(logging.Filter):
+    """The filter of :meth:`Deaths._not_a_late_heartbeat` on Dask's process-wide
+    logger, holding its register weakly: a process may run one scheduler after
+    another (tests, serving), and one's departed workers must neither outlive it
+    nor silence another's warnings."""
+
+    def __init__(self, deaths: Deaths) -> None:
+        super().__init__()
+        self._deaths = weakref.ref(deaths)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        deaths = self._deaths()
+        return deaths is None or deaths._not_a_late_heartbeat(record)
 
 
 #: Dask's warning about a heartbeat from a worker it does not know (its address quoted).

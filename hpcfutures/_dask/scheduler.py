@@ -166,6 +166,7 @@ class Coordinator(SchedulerPlugin):
     async def close(self) -> None:
         """The scheduler closes: log the summaries that waves still hold."""
         self.deaths.flush_log()
+        self.deaths.uninstall()
         self._startup_log.flush()
 
     def _register(self, client: str) -> str:

@@ -62,6 +62,8 @@ class SchedulerFileExchange(AddressExchange):
         #: When this rank began looking for the scheduler (a look again after a
         #: failed probe keeps its slow pace: see _looking).
         self._first_look: float | None = None
+        #: When this rank last read the file while looking.
+        self._last_read: float | None = None
 
     @classmethod
     def for_launch(cls, settings, identity, tombstone: bool = False) -> SchedulerFileExchange:
@@ -125,8 +127,16 @@ class SchedulerFileExchange(AddressExchange):
         # rank had reached: restarted from quick looks, every rank whose probe
         # of a busy scheduler failed read the file 25 times in 2 s.
         first_look = self._first_look
+        if stale is not None and self._last_read is not None:
+            # ... and the first look again waits for its turn too (right after
+            # the probe, it came 0.5 s after the read that found the file).
+            since = started - self._last_read
+            pause = shared_file_poll(started - first_look) - since
+            if pause > 0:
+                yield min(pause, timeout)
         reported: set[str] = set()
         while True:
+            self._last_read = time.monotonic()
             info = self._read_quietly()
             if info is not None:
                 verdict = self._judge(info, stale)
