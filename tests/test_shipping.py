@@ -7,6 +7,7 @@ import sys
 import types
 
 import cloudpickle
+import pytest
 
 import hpcfutures
 from hpcfutures._remote import shipping
@@ -111,13 +112,9 @@ def test_an_unpicklable_argument_is_named_by_its_place_and_type_not_by_dasks_wra
     with hpcfutures.Executor(max_workers=1) as ex:
         positional = ex.submit(add, 1, lock).exception(timeout=60)
         keyword = ex.submit(add, 1, b=lock).exception(timeout=60)
-        with_map = ex.map(add, [1, 2, 3], [4, lock, 6])
-        try:
-            list(with_map)
-        except hpcfutures.SerializationError as err:
-            in_map: BaseException = err
-        else:
-            raise AssertionError("a map over an unpicklable argument did not fail")
+        with pytest.raises(hpcfutures.SerializationError) as caught:
+            list(ex.map(add, [1, 2, 3], [4, lock, 6]))
+        in_map = caught.value
         assert ex.submit(add, 2, 3).result(timeout=60) == 5  # still usable
     for error, where in ((positional, "positional argument 2 (a _thread.lock)"),
                          (keyword, "keyword argument 'b' (a _thread.lock)"),
@@ -155,12 +152,9 @@ def test_an_exception_whose_class_the_client_cannot_import_keeps_its_name(tmp_pa
         results = ex.map(raise_from_a_module_only_the_workers_have, [folder] * 3,
                          [False, False, True], chunksize=3)
         assert next(results) == "fine" and next(results) == "fine"
-        try:
+        with pytest.raises(hpcfutures.RemoteExceptionError) as caught:
             next(results)
-        except hpcfutures.RemoteExceptionError as err:
-            in_map: BaseException = err
-        else:
-            raise AssertionError("the map's third call did not fail")
+        in_map = caught.value
         assert ex.submit(add, 1, 2).result(timeout=60) == 3  # the executor is usable
     for err in (error, in_map):
         assert isinstance(err, hpcfutures.RemoteExceptionError), repr(err)

@@ -168,18 +168,6 @@ class Deaths:
             logging.getLogger("distributed.scheduler").removeFilter(self._heartbeat_filter)
             self._heartbeat_filter = None
 
-    def _not_a_late_heartbeat(self, record: logging.LogRecord) -> bool:
-        """Drop Dask's warning about a heartbeat from a worker that already departed.
-
-        A worker's heartbeat travels on its own connection: one sent just before
-        the worker died can be read after its departure was.  Dask then warns of
-        an "unregistered worker"; when hundreds die at once, a dozen such lines
-        buried the one summary line of the wave.  From a worker never seen, the
-        warning stays.
-        """
-        found = _LATE_HEARTBEAT.search(str(record.msg))
-        return found is None or found.group(1) not in self._departed
-
     def record(self, certificate: dict[str, Any]) -> str:
         worker = str(certificate.get("worker"))
         if worker in self._uncertified:
@@ -409,10 +397,17 @@ class WaveLog:
 
 
 class _LateHeartbeats(logging.Filter):
-    """The filter of :meth:`Deaths._not_a_late_heartbeat` on Dask's process-wide
-    logger, holding its register weakly: a process may run one scheduler after
-    another (tests, serving), and one's departed workers must neither outlive it
-    nor silence another's warnings."""
+    """Drops Dask's warning about a heartbeat from a worker that already departed.
+
+    A worker's heartbeat travels on its own connection: one sent just before
+    the worker died can be read after its departure was.  Dask then warns of
+    an "unregistered worker"; when hundreds die at once, a dozen such lines
+    buried the one summary line of the wave.  From a worker never seen, the
+    warning stays.  The filter sits on Dask's process-wide logger and holds
+    its register weakly: a process may run one scheduler after another (tests,
+    serving), and one's departed workers must neither outlive it nor silence
+    another's warnings.
+    """
 
     def __init__(self, deaths: Deaths) -> None:
         super().__init__()
@@ -420,7 +415,10 @@ class _LateHeartbeats(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         deaths = self._deaths()
-        return deaths is None or deaths._not_a_late_heartbeat(record)
+        if deaths is None:
+            return True
+        found = _LATE_HEARTBEAT.search(str(record.msg))
+        return found is None or found.group(1) not in deaths._departed
 
 
 #: Dask's warning about a heartbeat from a worker it does not know (its address quoted).

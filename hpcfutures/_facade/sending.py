@@ -21,10 +21,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import cloudpickle
-
 from .._errors import SerializationError
-from .._remote.calls import Rows, pick, run_bundle, run_chunk_task, run_task
+from .._remote.calls import Rows, pick, pickling_error, run_bundle, run_chunk_task, run_task
 from .._remote.shipping import ShippedFunction
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
@@ -251,7 +249,7 @@ def _unpicklable_part(runner: Callable[..., Any], fn: Callable[..., Any], args: 
     Dask's error for the whole task names its own wrapper ("Could not serialize
     object of type LLGExpr"), which tells the user nothing about their call.
     """
-    failure = _pickling_error(fn)
+    failure = pickling_error(fn)
     if failure is not None:
         return "function", failure
     if runner is run_chunk_task:
@@ -260,26 +258,18 @@ def _unpicklable_part(runner: Callable[..., Any], fn: Callable[..., Any], args: 
         spread = chunk.spread if isinstance(chunk, Rows) else True
         for row in rows:
             for position, value in enumerate(row if spread else (row,), start=1):
-                failure = _pickling_error(value)
+                failure = pickling_error(value)
                 if failure is not None:
                     return f"map item's argument {position} ({_kind(value)})", failure
         return None
     for position, value in enumerate(args, start=1):
-        failure = _pickling_error(value)
+        failure = pickling_error(value)
         if failure is not None:
             return f"positional argument {position} ({_kind(value)})", failure
     for name, value in kwargs.items():
-        failure = _pickling_error(value)
+        failure = pickling_error(value)
         if failure is not None:
             return f"keyword argument {name!r} ({_kind(value)})", failure
-    return None
-
-
-def _pickling_error(value: Any) -> Exception | None:
-    try:
-        cloudpickle.dumps(value)
-    except Exception as err:
-        return err
     return None
 
 

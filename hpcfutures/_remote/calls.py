@@ -33,7 +33,8 @@ from .memory import explain
 from .shipping import unship
 
 __all__ = [
-    "BundleOutcome", "ChunkOutcome", "Rows", "fail_with", "location", "pick", "restore_traceback",
+    "BundleOutcome", "ChunkOutcome", "Rows", "fail_with", "location", "pick", "pickling_error",
+    "restore_traceback",
     "run_bundle", "run_chunk", "run_chunk_task", "run_task", "set_location",
 ]
 
@@ -261,11 +262,20 @@ def _forget(buffer: Any) -> None:
     return None
 
 
-def _checked(value: Any, what: str) -> Any:
-    """``value`` once it has been seen to pickle (buffers out of band: not copied)."""
+def pickling_error(value: Any) -> BaseException | None:
+    """Why ``value`` cannot be pickled, or None if it can (it is pickled into
+    nothing, its buffers out of band: a large array is not copied to find out)."""
     try:
         cloudpickle.CloudPickler(_Discard(), protocol=5, buffer_callback=_forget).dump(value)
     except (Exception, SystemExit) as err:
+        return err
+    return None
+
+
+def _checked(value: Any, what: str) -> Any:
+    """``value`` once it has been seen to pickle."""
+    err = pickling_error(value)
+    if err is not None:
         raise _unpicklable(what, err) from None
     return value
 
