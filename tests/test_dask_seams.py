@@ -230,7 +230,8 @@ def test_the_coordinators_handlers_and_hooks_carry_the_verdict_to_the_workers():
             await cluster.until(coordinator.done.is_set,
                                 "the launch ending through SchedulerPlugin.remove_client")
             assert coordinator.verdict == 3, (
-                "hpcfutures_finish (Scheduler.handlers) did not record the client's status")
+                "the goodbye (Client._send_to_scheduler -> Scheduler.stream_handlers"
+                "['hpcfutures-finish'], ahead of 'close-client') did not record the status")
             await cluster.until(lambda: all(w.verdict == 3 for w in cluster.workers),
                                 "every worker receiving the verdict (Scheduler.stream_comms "
                                 "-> Worker.stream_handlers['hpcfutures-verdict'])")

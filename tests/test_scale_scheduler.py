@@ -73,6 +73,7 @@ class Workers(dict):
 class FakeScheduler:
     def __init__(self) -> None:
         self.handlers: dict[str, Any] = {}
+        self.stream_handlers: dict[str, Any] = {}
         self.client_comms: dict[str, Any] = {}
         self.stream_comms: dict[str, Any] = {}
         self.workers = Workers()
@@ -164,6 +165,19 @@ def lines() -> Iterator[Lines]:
     ours.addHandler(handler)
     yield handler
     ours.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def no_filter_outlives_its_test() -> Iterator[None]:
+    """The stand-in schedulers here are never closed, so their late-heartbeat filters
+    would stay on Dask's logger until the garbage collector took their registers
+    (whose departed workers have the same made-up addresses from test to test): a
+    real scheduler's close takes its filter off; here the fixture does."""
+    dask_log = logging.getLogger("distributed.scheduler")
+    before = list(dask_log.filters)
+    yield
+    for added in [f for f in dask_log.filters if f not in before]:
+        dask_log.removeFilter(added)
 
 
 @pytest.fixture
@@ -526,4 +540,6 @@ def test_a_closed_schedulers_departed_workers_silence_no_later_warning():
         assert not dask_log.filter(late)
     finally:
         deaths.uninstall()
-    assert dask_log.filter(late)
+    assert dask_log.filter(late), [  # who dropped it
+        (f, getattr(f, "__dict__", None)) for f in dask_log.filters
+        if not (f.filter(late) if hasattr(f, "filter") else f(late))]

@@ -334,6 +334,7 @@ def test_wait_must_not_be_negative(tmp_path):
 class _FakeScheduler:
     def __init__(self):
         self.handlers, self.client_comms, self.stream_comms = {}, {}, {}
+        self.stream_handlers = {}
 
 
 @pytest.fixture
@@ -361,7 +362,8 @@ def test_a_serving_coordinator_outlives_its_clients_until_stopped(dask_log_level
         await serving.start(_FakeScheduler())
         for name in ("a", "b"):
             serving.scheduler.handlers["hpcfutures_register"](client=name)
-        serving.scheduler.handlers["hpcfutures_finish"](status=1)  # a client leaving says so
+        # A client leaving says so.
+        serving.scheduler.stream_handlers["hpcfutures-finish"](status=1, client="a")
         for name in ("a", "b"):
             serving.remove_client(serving.scheduler, name)
         assert not serving.done.is_set(), "a client leaving ended a serving launch"

@@ -16,7 +16,7 @@ here is pinned by ``tests/test_dask_seams.py``.
 
 How the end of a launch travels::
 
-    client ── hpcfutures_finish(status) ──> scheduler (Coordinator plugin)
+    client ── {"op": hpcfutures-finish, status} + close-client ──> scheduler (Coordinator)
     scheduler ── {"op": hpcfutures-verdict} + {"op": close} ──> every worker
     scheduler closes; each rank exits with the client's status
 

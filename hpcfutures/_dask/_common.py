@@ -13,6 +13,8 @@ from distributed.batched import BatchedSend
 logger = logging.getLogger("hpcfutures")
 
 VERDICT_OP = "hpcfutures-verdict"
+#: The client's goodbye, with its status, on its stream to the scheduler (client.py).
+FINISH_OP = "hpcfutures-finish"
 #: Event topic on which the scheduler announces the workers and threads present.
 CLUSTER_TOPIC = "hpcfutures-cluster"
 #: Asks the scheduler for the workers it retired as idle (see release.py).

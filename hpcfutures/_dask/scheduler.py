@@ -21,6 +21,7 @@ from ._common import (
     CLUSTER_TOPIC,
     DASHBOARD_ADDRESS,
     EXIT_FAILED,
+    FINISH_OP,
     RELEASED_OP,
     STARTUP_FAILED_OP,
     STARTUP_TOPIC,
@@ -152,7 +153,8 @@ class Coordinator(SchedulerPlugin):
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         scheduler.handlers["hpcfutures_register"] = self._register
-        scheduler.handlers["hpcfutures_finish"] = self._finish
+        # The goodbye comes on the client's stream, ahead of Dask's "close-client".
+        scheduler.stream_handlers[FINISH_OP] = self._finish
         scheduler.handlers[RELEASED_OP] = lambda: []  # until idle release is on
         scheduler.handlers[STARTUP_FAILED_OP] = self._startup_failed
         scheduler.handlers[AWAIT_WORKERS_OP] = self._await_workers
@@ -257,12 +259,11 @@ class Coordinator(SchedulerPlugin):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._workers_changed.wait(), left)
 
-    def _finish(self, status: int) -> str:
-        # The launch ends when the client disconnects right after this call:
-        # by then the scheduler has released the client's keys, so closing the
-        # workers loses nothing anyone still wants.
+    def _finish(self, status: int, **_: Any) -> None:
+        # The launch ends when the client disconnects right after this message
+        # (the same stream brings its "close-client" next): the client's keys were
+        # released before, so closing the workers loses nothing anyone still wants.
         self.requested = int(status)
-        return "ok"
 
     def remove_client(self, scheduler: Scheduler, client: str) -> None:
         if client in self.clients:

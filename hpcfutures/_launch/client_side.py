@@ -339,14 +339,15 @@ class ClientSide:
         if loop is None:
             return
         # Stopped by a signal, the scheduler got it too and is closing: it may
-        # take the goodbye's connection and never answer, so do not wait long.
+        # never confirm the close, so do not wait for that.
         signalled = status in (130, 143) or (
             self.bridge is not None and self.bridge.stopped_by_signal)  # Ctrl-C, SIGTERM
         with _verdict_after_traceback(status != 0 and self.plan.role is Role.STANDALONE):
             with contextlib.suppress(Exception):
                 if self.client is not None:
                     goodbye = 1.0 if signalled else self.patience.ask_timeout
-                    loop.run_sync(_dask.finish_client(self.client, status, timeout=goodbye),
+                    loop.run_sync(_dask.finish_client(self.client, status, timeout=goodbye,
+                                                      fast=signalled),
                                   self.patience.grace * 2)
             with contextlib.suppress(Exception):
                 if self.service is not None:
