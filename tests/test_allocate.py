@@ -105,6 +105,47 @@ def test_times_memory_and_counts_are_checked():
         get_batch_system("condor")
 
 
+def _fake_qsub(folder: Path, says: str) -> Path:
+    """A qsub that answers --version and -help as PBS's or Grid Engine's does."""
+    folder.mkdir()
+    path = folder / "qsub"
+    path.write_text(f"#!/bin/sh\necho '{says}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_pbs_and_grid_engine_qsubs_are_told_apart(tmp_path, monkeypatch):
+    """Both on PATH, in either order: each system uses its own qsub (and qstat, qdel)."""
+    from hpcfutures._errors import AllocationError
+    from hpcfutures.launchers._batchscript import detect_batch_system
+    from hpcfutures.launchers._qsub import find_qsubs
+
+    pbs = _fake_qsub(tmp_path / "pbs", "pbs_version = 23.06.06")
+    sge = _fake_qsub(tmp_path / "sge", "SGE 8.1.9")
+    for order in ([sge, pbs], [pbs, sge]):
+        monkeypatch.setenv("PATH", os.pathsep.join(str(p.parent) for p in order))
+        assert find_qsubs() == [(str(p), "pbs" if p == pbs else "sge") for p in order]
+        assert get_batch_system("pbs").submit_command("j.sh") == [str(pbs), "j.sh"]
+        assert get_batch_system("pbs").cancel_command("9") == [str(pbs.parent / "qdel"), "9"]
+        assert get_batch_system("sge").submit_command("j.sh") == [str(sge), "-terse", "j.sh"]
+        assert detect_batch_system().name == ("sge" if order[0] == sge else "pbs")
+    # Only Grid Engine's: asking for PBS says what is here, and where PBS's usually is.
+    monkeypatch.setenv("PATH", str(sge.parent))
+    assert get_batch_system("pbs").script(Request(), "cmd")  # writing a script asks nothing
+    with pytest.raises(AllocationError, match=(
+            r"batch_system='pbs', but no qsub on PATH is PBS's: found Grid Engine \(.*/sge/"
+            r"qsub\)\. Put PBS's bin directory on PATH \(often /opt/pbs/bin\)")):
+        get_batch_system("pbs").submit_command("j.sh")
+
+
+def test_the_real_grid_engine_qsub_says_whose_it_is():
+    from hpcfutures.launchers._qsub import qsub_flavour
+
+    require(bool(os.environ.get("SGE_ROOT")) or shutil.which("qconf") is not None,
+            "Grid Engine's commands (bash ci/sge-up.sh)")
+    assert qsub_flavour(shutil.which("qsub")) == "sge"
+
+
 def _done(stdout="", stderr="", returncode=0):
     return subprocess.CompletedProcess([], returncode, stdout, stderr)
 

@@ -940,6 +940,35 @@ def test_a_heartbeat_read_after_its_workers_removal_is_no_warning(caplog):
     run(scenario())
 
 
+def test_a_worker_slow_to_make_its_scratch_directory_tells_the_scheduler_not_the_console(
+        monkeypatch, recwarn):
+    """Dask warns in the worker when its scratch directory took over a second
+    (distributed.core.warn_on_duration around WorkSpace); the worker tells the
+    scheduler instead, in its startup information (WorkerState.extra)."""
+    import distributed.core
+
+    from hpcfutures._dask._common import SCRATCH_KEY
+
+    real = distributed.core.WorkSpace
+
+    def slow_workspace(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.05)  # the behaviour: lock files queued behind 150 other workers
+        return real(*args, **kwargs)
+
+    async def scenario() -> None:
+        async with live(workers=0) as cluster:
+            monkeypatch.setattr(distributed.core, "WorkSpace", slow_workspace)
+            await cluster.add_worker("rank-2")
+            (state,) = cluster.scheduler.workers.values()
+            said = state.extra.get(SCRATCH_KEY)
+            assert said and said["seconds"] >= 1.0, state.extra
+            assert said["directory"].endswith("dask-scratch-space"), said
+
+    run(scenario())
+    slow = [w for w in recwarn if "surprisingly long time" in str(w.message)]
+    assert not slow, [str(w.message) for w in slow]
+
+
 def test_timings_are_set_unless_the_user_set_them():
     """dask.config.defaults holds what Dask ships, to tell a user's value from it."""
     from hpcfutures._dask import tuning

@@ -277,6 +277,68 @@ def test_requeue_runs_each_systems_command_and_counts(tmp_path):
     assert not alone.requeued and "not a Slurm, Grid Engine, PBS or LSF batch job" in alone.message
 
 
+class FakePBS:
+    """PBS's commands as an ordinary user meets them: qrerun refused, qstat and qsub fine."""
+
+    def __init__(self, submitted: str, operator: bool = False) -> None:
+        self.submitted, self.operator, self.ran = submitted, operator, []
+
+    def __call__(self, command, purpose, **kwargs):
+        self.ran.append(command)
+        if command[0] == "qrerun":
+            return _ran("") if self.operator else None  # run_command: None when it failed
+        if command[0] == "qstat":
+            return _ran(json.dumps({"Jobs": {"9.pbsvm": {
+                "Submit_arguments": self.submitted,
+                "Variable_List": {"PBS_O_WORKDIR": "/home/ada/sweep"}}}}))
+        return _ran("10.pbsvm\n")  # sh -c 'cd ... && exec qsub ...'
+
+
+def test_pbs_requeue_resubmits_the_job_for_an_ordinary_user(tmp_path):
+    """qrerun is for operators; anyone else's job is submitted again, as qstat says it was,
+    in its directory, with the count of requeues passed on (PBS gives it a new job id)."""
+    pbs = FakePBS("<jsdl-hpcpa:Argument>-l</jsdl-hpcpa:Argument><jsdl-hpcpa:Argument>"
+                  "walltime=00:01:30</jsdl-hpcpa:Argument><jsdl-hpcpa:Argument>sweep.sh"
+                  "</jsdl-hpcpa:Argument>")
+    outcome = _requeue.requeue_job(3, "", {"PBS_JOBID": "9.pbsvm"}, tmp_path, pbs)
+    assert outcome.requeued, outcome
+    assert pbs.ran[0] == ("qrerun", "9.pbsvm")
+    assert pbs.ran[-1] == ("sh", "-c", 'cd "$0" && exec "$@"', "/home/ada/sweep", "qsub",
+                           "-v", "HPCFUTURES_REQUEUES=1", "-l", "walltime=00:01:30", "sweep.sh")
+    assert "resubmitted PBS job 9.pbsvm as job 10.pbsvm" in outcome.message
+    assert "'qrerun' is for PBS operators and managers; requeue 1 of at most 3" in outcome.message
+    # The resubmitted job counts on from there; its own -v list gets the count added.
+    pbs = FakePBS("-v SEED=4 -l walltime=00:01:30 sweep.sh")
+    again = {"PBS_JOBID": "10.pbsvm", "HPCFUTURES_REQUEUES": "1"}
+    assert _requeue.requeue_job(3, "", again, tmp_path, pbs).requeued
+    assert pbs.ran[-1][-5:] == ("-v", "SEED=4,HPCFUTURES_REQUEUES=2", "-l",
+                                "walltime=00:01:30", "sweep.sh")
+    capped = _requeue.requeue_job(3, "", {**again, "HPCFUTURES_REQUEUES": "3"}, tmp_path, pbs)
+    assert not capped.requeued and "requeued 3 time(s) already" in capped.message
+
+
+def test_pbs_requeue_uses_qrerun_where_allowed_and_says_why_it_cannot_resubmit(tmp_path):
+    operator = FakePBS("sweep.sh", operator=True)
+    outcome = _requeue.requeue_job(3, "", {"PBS_JOBID": "9.pbsvm"}, tmp_path, operator)
+    assert outcome.requeued and operator.ran == [("qrerun", "9.pbsvm")]
+    assert "'qrerun 9.pbsvm'" in outcome.message
+    # Submitted through standard input (echo ... | qsub): there is no script to submit.
+    piped = FakePBS("-l walltime=00:01:30")
+    outcome = _requeue.requeue_job(3, "", {"PBS_JOBID": "11.pbsvm"}, tmp_path, piped)
+    assert not outcome.requeued and "submitted through standard input" in outcome.message
+    assert "operators and managers only" in outcome.message
+    assert not any(command[0] == "sh" for command in piped.ran)
+
+
+def test_the_time_limit_error_names_the_requeue_directive_of_the_batch_system():
+    directive = _requeue.requeue_directive
+    assert directive({"SLURM_JOB_ID": "5"}) == "#SBATCH --requeue"
+    assert directive({"PBS_JOBID": "9.pbsvm"}) == "#PBS -r y"
+    assert directive({"JOB_ID": "7", "SGE_ROOT": "/sge"}) == "#$ -r y"
+    assert directive({"LSB_JOBID": "3"}) == "#BSUB -r"
+    assert "#PBS -r y (PBS)" in directive({})
+
+
 def test_only_a_drain_that_refused_calls_requeues(monkeypatch):
     calls: list = []
     monkeypatch.setattr(_requeue, "requeue_job",

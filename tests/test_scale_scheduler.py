@@ -91,9 +91,11 @@ class FakeScheduler:
     def cluster_events(self) -> list[tuple[int, int]]:
         return [(m["workers"], m["threads"]) for t, m in self.events if t == CLUSTER_TOPIC]
 
-    def join(self, coordinator: Coordinator, address: str, name: str, threads: int = 1) -> None:
+    def join(self, coordinator: Coordinator, address: str, name: str, threads: int = 1,
+             extra: dict[str, Any] | None = None) -> None:
         """As Dask's add_worker: listed first, then the plug-ins told."""
         self.workers[address] = FakeWorker(address, name, threads)
+        self.workers[address].extra.update(extra or {})
         coordinator.add_worker(self, address)
 
     def leave(self, coordinator: Coordinator, address: str, listed: bool = False) -> None:
@@ -519,6 +521,33 @@ def test_a_wave_of_failed_starts_logs_one_summary_line(lines, short_waves):
             "node0 failed to start: OSError: [Errno 28] No space left on device"], said
         assert len(coordinator.startup_failures) == 20  # each still told to the client
         assert sum(topic == STARTUP_TOPIC for topic, _ in scheduler.events) == 20
+
+    asyncio.run(scenario())
+
+
+def test_workers_slow_to_create_their_scratch_directories_are_one_line_and_a_summary(
+        lines, short_waves):
+    """150 workers starting on one node queue on their scratch directory's lock files;
+    Dask warned in each of them.  They tell the scheduler instead, which folds them."""
+    from hpcfutures._dask._common import HOST_KEY, SCRATCH_KEY
+
+    async def scenario() -> None:
+        coordinator, scheduler = await started(expected_workers=60)
+        for i in range(50):
+            slow = {SCRATCH_KEY: {"seconds": 1.5 + i / 10, "directory": "/tmp/dask-scratch-space"},
+                    HOST_KEY: "node1"} if i % 5 else {HOST_KEY: "node1"}
+            scheduler.join(coordinator, f"tls://b:{i}", f"rank-{i + 2}", extra=slow)
+        await asyncio.sleep(short_waves * 2.5)
+        said = lines.warnings()
+        assert len(said) == 2, said
+        assert said[0] == (
+            "rank-3 on node1 took 1.6 s to create its scratch directory in "
+            "/tmp/dask-scratch-space (many workers starting at once on one node queue on its "
+            "lock files, or it is on a network file system: DASK_TEMPORARY_DIRECTORY=<a local "
+            "disk> moves it)"), said
+        assert said[1].startswith(
+            "39 more workers were slow to create their scratch directories within "), said
+        assert "39 in /tmp/dask-scratch-space on node1; the first few: rank-4 on node1" in said[1]
 
     asyncio.run(scenario())
 

@@ -253,7 +253,7 @@ def test_tasks_whose_scheduler_task_was_deleted_end_within_a_minute(array):
 
 
 @pytest.mark.timeout(120)
-def test_client_failure_is_recorded_by_qacct(array):
+def test_the_client_tasks_failure_is_recorded_by_qacct(array):
     job = array("fail")
     job.submit("-t", "1-3", "-b", "y", "-shell", "no", job.python,
                str(job.tree / "tests" / "jobs" / "fail_job.py"))
@@ -261,7 +261,21 @@ def test_client_failure_is_recorded_by_qacct(array):
     records = job.accounting({1, 2, 3})
     assert "the client failed on purpose" in job.output(2), job.report()
     statuses = {t: records[t]["exit_status"] for t in (1, 2, 3)}
-    assert all(status != "0" for status in statuses.values()), (statuses, job.report())
+    # The client's task failed; the scheduler's and the worker's ended well.
+    assert statuses == {1: "0", 2: "1", 3: "0"}, (statuses, job.report())
+    job.finish()
+
+
+@pytest.mark.timeout(120)
+def test_a_caught_client_exception_ends_every_task_with_0(array):
+    job = array("caught")
+    job.submit("-t", "1-3", "-b", "y", "-shell", "no", job.python,
+               str(job.tree / "tests" / "jobs" / "caught_job.py"), "exception")
+    job.wait()
+    records = job.accounting({1, 2, 3})
+    assert "AFTER THE BLOCK" in job.output(2), job.report()
+    statuses = {t: records[t]["exit_status"] for t in (1, 2, 3)}
+    assert statuses == {1: "0", 2: "0", 3: "0"}, (statuses, job.report())
     job.finish()
 
 

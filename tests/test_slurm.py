@@ -284,6 +284,19 @@ def test_array_whose_scheduler_element_never_starts_ends_within_a_minute(batch, 
         assert f"this element (rank {element}) stops now" in text, text
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode, client_exit", [("exception", "0:0"), ("uncaught", "1:0")])
+def test_an_arrays_status_is_its_clients(batch, tmp_path, mode, client_exit):
+    """The client element ends as its program does (a caught exception: 0); the
+    scheduler's and the worker's elements end well either way."""
+    job = batch.submit(f"exec python3 {JOBS / 'caught_job.py'} {mode}\n", "--array=0-2",
+                       "-o", str(tmp_path / "out_%a"))
+    codes = {element: batch.wait(f"{job}_{element}")["ExitCode"] for element in (0, 1, 2)}
+    assert codes == {0: "0:0", 1: client_exit, 2: "0:0"}, (codes, outputs(tmp_path))
+    client = (tmp_path / "out_1").read_text()
+    assert ("AFTER THE BLOCK" in client) == (mode == "exception"), client
+
+
 def outputs(tmp_path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(tmp_path.glob("out_*")))
 

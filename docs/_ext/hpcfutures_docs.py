@@ -33,6 +33,11 @@ OTHER_VARIABLES = {
         "objects, which reach you as the future's exception anyway; ``INFO`` or ``DEBUG`` "
         "shows everything.",
     ),
+    "HPCFUTURES_REQUEUES": (
+        "set by a PBS job's resubmission",
+        "How many times a PBS job was submitted again by ``requeue=True`` (PBS gives "
+        "each resubmission a new job id, and ``max_requeues`` counts on from this).",
+    ),
     "HPCFUTURES_RANK": (
         "set by ``hpcfutures run``",
         "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "

@@ -5,10 +5,11 @@ launch id through ``HPCFUTURES_RANK``, ``HPCFUTURES_SIZE`` and
 ``HPCFUTURES_LAUNCH_ID``; prints every line they write tagged ``[rank N role]``
 (relay.py); forwards SIGINT/SIGTERM to every copy; and once the client copy
 has exited gives the others a grace period before ending them.
-Its exit status is the client's, or the first failure of another copy; when a
-launch fails, one line names the copy that failed first on its own (the
-client, when the client failed and the others only followed its verdict) and
-where its log is.
+Its exit status is the client's, or the first failure of another copy (not a
+worker that a call killed: the client was told, and its status says what it
+made of that); when a launch fails, one line names the copy that failed first
+on its own (the client, when the client failed and the others only followed
+its verdict) and where its log is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import json
 import os
 import resource
 import secrets
@@ -28,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from .._support.config import resolve_option
 from .._support.limits import OpenFiles, raise_open_files_limit
@@ -91,10 +93,17 @@ def _how_it_ended(code: int) -> str:
 
 
 def _failure_pointer(first: int, code: int, size: int, client: int, token: str,
-                     environ: Mapping[str, str], role: str | None = None) -> str:
-    """One line naming the copy that failed first and where to read what it said."""
+                     environ: Mapping[str, str], role: str | None = None,
+                     launch_failed: bool = True) -> str:
+    """One line naming the copy that failed first and where to read what it said.
+
+    In a launch that ended well, the copy is a worker that a call killed (the
+    client was told, caught it, and ended with 0): still worth a pointer."""
     role = role or _role_of(first, size, client)
     where = where_to_read(first, role, launch_id_of(token), environ)
+    if not launch_failed:
+        return (f"hpcfutures run: rank {first} ({role}) was killed by a call, "
+                f"{_how_it_ended(code)}; the client carried on and ended well; {where}")
     return f"hpcfutures run: rank {first} ({role}) failed first, {_how_it_ended(code)}; {where}"
 
 
@@ -152,11 +161,12 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
 
     notes = _death_notes(launch_id)
     try:
-        status, first = _supervise(processes, start_copies, client, grace)
+        status, first = _supervise(processes, start_copies, client, grace, notes)
         relay.drain()
         if first is not None:
             print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
-                                   environ, relay.role(first)) + _death_note(notes, first),
+                                   environ, relay.role(first), launch_failed=status != 0)
+                  + _death_note(notes, first),
                   file=sys.stderr, flush=True)
     finally:
         if notes is not None:
@@ -199,18 +209,28 @@ def _death_notes(token: str) -> str | None:
 
 def _death_note(notes: str | None, rank: int) -> str:
     """``; it exited with status 3 running job.crash ...``, if the rank's watcher said so."""
-    if notes is None:
-        return ""
-    try:
-        with open(os.path.join(notes, str(rank))) as note:
-            text = note.read().strip()
-    except OSError:
-        return ""
+    text = _read_note(notes, rank).get("text", "")
     return f"; {text}" if text else ""
 
 
+def _killed_by_a_call(notes: str | None, ranks: int) -> set[int]:
+    """The copies whose watcher said that a call killed them (the client was told)."""
+    return {rank for rank in range(ranks) if _read_note(notes, rank).get("by_a_call")}
+
+
+def _read_note(notes: str | None, rank: int) -> dict:
+    if notes is None:
+        return {}
+    try:
+        with open(os.path.join(notes, str(rank))) as note:
+            found = json.load(note)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[[], int | None],
-               client: int, grace: float) -> tuple[int, int | None]:
+               client: int, grace: float, notes: str | None = None) -> tuple[int, int | None]:
     """Start the copies and wait for them, forwarding SIGINT/SIGTERM from before the
     first one starts (a copy that ignores the signal must not outlive us); return the
     launch's status, and the rank that failed first (None: none did on its own)."""
@@ -229,7 +249,7 @@ def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[
         failed = start_copies()
         if failed is not None:
             return failed, None
-        return _wait_all(processes, client, grace, signalled, changed)
+        return _wait_all(processes, client, grace, signalled, changed, notes)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -305,7 +325,8 @@ def _pidfd(process: subprocess.Popen) -> int | None:
 
 
 def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
-              signalled: list[float], changed: threading.Event) -> tuple[int, int | None]:
+              signalled: list[float], changed: threading.Event,
+              notes: str | None = None) -> tuple[int, int | None]:
     """Wait for every copy; after the client ends (or a forwarded signal),
     give the others ``grace`` seconds, then SIGTERM, then SIGKILL."""
     exits = _Exits(processes, changed)
@@ -338,11 +359,17 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
         next_deadline = None if killed else kill_at or grace_ends
         changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
     exit_codes = [process.wait() for process in processes]  # all have ended: no wait
-    status = _launch_status(exit_codes, client)
+    excused = _killed_by_a_call(notes, len(processes))
+    status = _launch_status(exit_codes, client, excused)
     # A failure the user caused (Ctrl-C, scancel) or that we caused (ending
-    # stragglers) needs no pointer; the first copy that failed on its own does.
-    first = None if signalled or status == 0 else _failed_first(
-        exits.order, exit_codes, client, ended_by_us)
+    # stragglers) needs no pointer; the first copy that failed on its own does,
+    # and so does, in a launch that ended well, a worker that a call killed.
+    if signalled:
+        first = None
+    elif status == 0:
+        first = next((rank for rank in exits.order if rank in excused), None)
+    else:
+        first = _failed_first(exits.order, exit_codes, client, ended_by_us)
     return status, first
 
 
@@ -366,14 +393,19 @@ def _failed_first(order: list[int], codes: list[int], client: int,
     return None
 
 
-def _launch_status(codes: list[int], client: int) -> int:
-    """The client's status, else the first other failure (signals as 128+N)."""
+def _launch_status(codes: list[int], client: int, excused: Collection[int] = ()) -> int:
+    """The client's status, else the first other failure (signals as 128+N).
+
+    A worker copy that a call killed (``excused``) is no failure of the launch: the
+    client got a WorkerCrashError for that call and decided what to make of it (a
+    script that catches it and ends well ends the launch with 0).
+    """
     def normal(code: int) -> int:
         return 128 - code if code < 0 else code
 
     if codes[client] != 0:
         return normal(codes[client])
-    for code in codes:
-        if code != 0:
+    for rank, code in enumerate(codes):
+        if code != 0 and rank not in excused:
             return normal(code)
     return 0

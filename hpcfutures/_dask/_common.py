@@ -31,6 +31,8 @@ CLUSTER_SIZE_OP = "hpcfutures_cluster_size"
 STARTUP_TOPIC = "hpcfutures-startup"
 #: A worker's host name, in its startup information (the scheduler's identity of it).
 HOST_KEY = "hpcfutures_host"
+#: A worker's word that its scratch directory was slow to create (seconds, directory).
+SCRATCH_KEY = "hpcfutures_slow_scratch"
 #: Where the dashboard listens when asked for without an address.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
 #: Exit status of the other ranks when the client failed or vanished.

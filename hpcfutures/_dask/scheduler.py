@@ -22,7 +22,9 @@ from ._common import (
     DASHBOARD_ADDRESS,
     EXIT_FAILED,
     FINISH_OP,
+    HOST_KEY,
     RELEASED_OP,
+    SCRATCH_KEY,
     STARTUP_FAILED_OP,
     STARTUP_TOPIC,
     VERDICT_OP,
@@ -139,6 +141,8 @@ class Coordinator(SchedulerPlugin):
         self.size = ClusterSize()
         #: One line for a failed start, one summary for a wave of them.
         self._startup_log = WaveLog(logger, "worker failed to start", "workers failed to start")
+        self._scratch_log = WaveLog(logger, "worker was slow to create its scratch directory",
+                                    "workers were slow to create their scratch directories")
         #: Dead workers' certificates, and whether any worker is left (deaths.py).
         self.deaths = Deaths()
         #: Workers reserved for MPI tasks (mpigroups.py).
@@ -170,6 +174,7 @@ class Coordinator(SchedulerPlugin):
         self.deaths.flush_log()
         self.deaths.uninstall()
         self._startup_log.flush()
+        self._scratch_log.flush()
 
     def _register(self, client: str) -> str:
         if self.keep_serving:
@@ -192,6 +197,25 @@ class Coordinator(SchedulerPlugin):
         self.size.joined(scheduler, worker)
         self.worker_changes.joined(scheduler, worker)
         self.groups.worker_joined(worker)
+        self._tell_of_slow_scratch(scheduler, worker)
+
+    def _tell_of_slow_scratch(self, scheduler: Scheduler, worker: str) -> None:
+        """A worker whose scratch directory took over a second to create (Dask warned of it
+        in every such worker: dozens of lines when 150 start on one node): one line, and
+        a summary line for a wave of them."""
+        state = scheduler.workers.get(worker)
+        said = getattr(state, "extra", {}).get(SCRATCH_KEY) if state is not None else None
+        if not isinstance(said, dict):
+            return
+        where = str(said.get("directory"))
+        host = getattr(state, "extra", {}).get(HOST_KEY)
+        who = f"{getattr(state, 'name', worker)}" + (f" on {host}" if host else "")
+        self._scratch_log.add(
+            f"{who} took {float(said.get('seconds', 0)):.1f} s to create its scratch directory "
+            f"in {where} (many workers starting at once on one node queue on its lock files, "
+            "or it is on a network file system: DASK_TEMPORARY_DIRECTORY=<a local disk> "
+            "moves it)",
+            f"in {where}" + (f" on {host}" if host else ""))
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         # Dask may call this before or after it drops the worker from
@@ -279,7 +303,14 @@ class Coordinator(SchedulerPlugin):
         elif self.hopeless is not None and not scheduler.workers:
             self.end(self.requested, self.hopeless)
         else:
-            self.end(self.requested, f"the client failed (exit status {self.requested})")
+            # The client's block ended with an exception (or sys.exit(N), Ctrl-C):
+            # whether that ends the client's program is the program's business (it
+            # may catch it, save what it has, and end well).  The other ranks end
+            # well either way; the client's process status is the launch's.
+            logger.info("the client left its executor with status %d (an exception, or "
+                        "sys.exit): ending the launch; the client's own exit status is the "
+                        "launch's", self.requested)
+            self.end(0, f"the client left with status {self.requested}")
 
     def end(self, status: int, reason: str) -> None:
         """Record the verdict once and pass it to every connected worker."""

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import re
 import socket
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from distributed import Security, Worker
@@ -14,7 +19,14 @@ from .._remote import deathwatch, memory
 from .._remote.calls import location
 from .._support.logs import quiet_for_shutdown
 from . import tuning
-from ._common import CLOSE_TIMEOUT, HOST_KEY, VERDICT_CLOSE_TIMEOUT, VERDICT_OP, _hurry
+from ._common import (
+    CLOSE_TIMEOUT,
+    HOST_KEY,
+    SCRATCH_KEY,
+    VERDICT_CLOSE_TIMEOUT,
+    VERDICT_OP,
+    _hurry,
+)
 
 __all__ = ["WorkerService", "run_worker", "startup_error"]
 
@@ -49,6 +61,33 @@ def _hostname(worker: Worker) -> str:
     return socket.gethostname()
 
 
+#: Dask's warning when a worker's scratch directory took over a second to create.
+_SLOW_SCRATCH = re.compile(r"Creating scratch directories is taking a surprisingly long time\. "
+                           r"\((\d+(?:\.\d+)?)s\)")
+
+
+@contextlib.contextmanager
+def _slow_scratch_said_once() -> Iterator[list[float]]:
+    """Catch Dask's warning that the scratch directory was slow to create; yield its seconds.
+
+    150 workers starting at once on one node queue on the directory's lock files,
+    and dozens of ranks then printed the same long warning (which blames a
+    network file system).  The worker tells the scheduler instead, which logs
+    one line for them all.  Any other warning is shown as it would have been.
+    """
+    seconds: list[float] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield seconds
+    for warning in caught:
+        found = _SLOW_SCRATCH.search(str(warning.message))
+        if found:
+            seconds.append(float(found[1]))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno, source=warning.source)
+
+
 class WorkerService:
     """A Dask worker in this process: :meth:`join` the scheduler, then :meth:`serve`."""
 
@@ -68,23 +107,28 @@ class WorkerService:
         self.verdict: int | None = None
         self._closed = asyncio.Event()
         tuning.apply()
-        self._worker: Worker = _Worker(
-            address,
-            name=name,
-            nthreads=nthreads,
-            memory_limit=memory_limit or 0,
-            host=host,
-            interface=interface,
-            dashboard=False,
-            death_timeout=timeout,
-            security=security,
-            protocol="tls" if security is not None else None,
-            resources=resources,
-            validate=False,
-            # The scheduler lists it with the worker (its identity), for the client's
-            # word on a worker that left: a host name, where Dask has only an address.
-            startup_information={HOST_KEY: _hostname},
-        )
+        with _slow_scratch_said_once() as slow_scratch:
+            self._worker: Worker = _Worker(
+                address,
+                name=name,
+                nthreads=nthreads,
+                memory_limit=memory_limit or 0,
+                host=host,
+                interface=interface,
+                dashboard=False,
+                death_timeout=timeout,
+                security=security,
+                protocol="tls" if security is not None else None,
+                resources=resources,
+                validate=False,
+                # The scheduler lists it with the worker (its identity), for the client's
+                # word on a worker that left: a host name, where Dask has only an address.
+                startup_information={HOST_KEY: _hostname},
+            )
+        if slow_scratch:  # told to the scheduler, which folds a node's worth into a line
+            said = {"seconds": slow_scratch[0],
+                    "directory": os.path.dirname(self._worker.local_directory)}
+            self._worker.startup_information[SCRATCH_KEY] = lambda worker: said
         self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
         self._worker.stream_handlers["close"] = self.close
         self._worker.handlers["close"] = self.close

@@ -30,6 +30,7 @@ from typing import Any
 
 from .._errors import TimeLimitError
 from ..launchers._endtime import AllocationEnd, find_end
+from ..launchers._requeue import requeue_directive
 
 __all__ = ["DRAIN_FLOOR", "Drain", "default_margin"]
 
@@ -125,7 +126,8 @@ class Drain:
                       "keeps every result and a rerun with the same journal resumes")
         else:
             resume = (f"{journal}; run the script again with the same journal to resume "
-                      "(requeue=True and #SBATCH --requeue do that for a batch job)")
+                      f"(requeue=True and {requeue_directive()} in the job script do that "
+                      "for a batch job)")
         return (f"this call was not started: the allocation ends at {when:%H:%M:%S} UTC "
                 f"({self.end.source}) and the executor stopped sending calls "
                 f"{self.margin():.0f} s before (drain_margin); {resume}")

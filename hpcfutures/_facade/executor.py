@@ -106,9 +106,10 @@ class Executor(cf.Executor):
             duration such as ``"90s"`` or ``"5min"``. Default: twice the longest measured call,
             at least 30 s. Environment: ``HPCFUTURES_DRAIN_MARGIN``.
         requeue: When the executor drained with calls left, put the batch job back in the queue
-            (Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun``, LSF
-            ``brequeue``), so that a rerun resumes from the journal. Default: ``False``.
-            Environment: ``HPCFUTURES_REQUEUE``.
+            (Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun`` or, for
+            users PBS refuses that, ``qsub`` of the job again, LSF ``brequeue``), so that a
+            rerun resumes from the journal. Default: ``False``. Environment:
+            ``HPCFUTURES_REQUEUE``.
         max_requeues: Requeues of one job at most (Slurm counts them in
             ``SLURM_RESTART_COUNT``): stops a job that never gets further from looping. Default:
             ``3``. Environment: ``HPCFUTURES_MAX_REQUEUES``.

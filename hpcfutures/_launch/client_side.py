@@ -38,6 +38,7 @@ from .._support.signals import StopSignals
 from ..launchers import SchedulerInfo
 from ..launchers._identity import SCHEDULER_RANK, minimum_size
 from ..launchers.local import available_cores
+from ..launchers.run import RunLauncher
 from .lookup import find_scheduler
 from .plan import Plan, bind_address
 from .roles import Role
@@ -318,17 +319,24 @@ class ClientSide:
             if self.tally is not None:
                 self._print_summary()
         self._teardown(status)
-        self.plan.launcher.client_finished(self.plan.identity, self._launch_status(status))
+        self.plan.launcher.client_finished(self.plan.identity, status,
+                                           crashed=self._crashed_rank_status())
 
-    def _launch_status(self, status: int) -> int:
-        """The launch's exit status: the client's, else that of a worker rank a call
-        killed (its launcher reports that rank's failure anyway; under MPI the
-        launch cannot end together without it, so it ends with that status)."""
+    def _crashed_rank_status(self) -> int | None:
+        """The exit status of a worker rank a call killed during the launch, if any.
+
+        The client was told (WorkerCrashError) and decides what to make of it; but
+        ``srun``, ``mpiexec`` and the batch systems report every rank's status, and
+        that rank's process is gone: the launcher will return its status, whatever
+        the client does.  ``hpcfutures run`` follows the client's status instead.
+        """
         crashed = self.bridge.crash_status if self.bridge is not None else None
-        if status or crashed is None or self.plan.role is Role.STANDALONE:
-            return status
-        logger.warning("a call killed a worker rank (exit status %d) during this launch: "
-                       "the launch ends with that status", crashed)
+        if crashed is None or self.plan.role is Role.STANDALONE:
+            return None
+        if self.plan.launcher.name != RunLauncher.name:
+            logger.warning("a call killed a worker rank (exit status %d) during this launch: "
+                           "the launcher (%s) reports every rank's status, so the launch "
+                           "ends with it", crashed, self.plan.launcher.name)
         return crashed
 
     def _teardown(self, status: int) -> None:

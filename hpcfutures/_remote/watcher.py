@@ -127,7 +127,8 @@ def death_notes(launch_id: str) -> str:
 
 
 def _leave_note(cert: dict[str, Any]) -> None:
-    """Under ``hpcfutures run``: tell it what this worker died of (one line, by rank)."""
+    """Under ``hpcfutures run``: tell it what this worker died of (one line, by rank),
+    and whether a call killed it (the client was told, and decides the launch's status)."""
     launch_id, rank = os.environ.get("HPCFUTURES_LAUNCH_ID"), os.environ.get("HPCFUTURES_RANK")
     if not launch_id or not rank or not rank.isdigit():
         return
@@ -137,7 +138,8 @@ def _leave_note(cert: dict[str, Any]) -> None:
         if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
             return  # not the folder run made for us
         with open(os.path.join(folder, rank), "w") as note:
-            note.write(describe(cert).removeprefix("hpcfutures: "))
+            json.dump({"text": describe(cert).removeprefix("hpcfutures: "),
+                       "by_a_call": cert["culprit"] is not None}, note)
     except OSError:
         pass
 

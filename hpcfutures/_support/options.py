@@ -412,8 +412,9 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="twice the longest measured call, at least 30 s"),
     Option("requeue", BOOL, False,
            "When the executor drained with calls left, put the batch job back in the queue "
-           "(Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun``, LSF "
-           "``brequeue``), so that a rerun resumes from the journal."),
+           "(Slurm ``scontrol requeue``, Grid Engine exit status 99, PBS ``qrerun`` or, for "
+           "users PBS refuses that, ``qsub`` of the job again, LSF ``brequeue``), so that a "
+           "rerun resumes from the journal."),
     Option("max_requeues", COUNT, 3,
            "Requeues of one job at most (Slurm counts them in ``SLURM_RESTART_COUNT``): "
            "stops a job that never gets further from looping."),

@@ -79,9 +79,17 @@ class Launcher(abc.ABC):
             return self.settings.array_timeout
         return self.settings.timeout
 
-    def client_finished(self, identity: Identity, exit_status: int) -> None:
+    def client_finished(self, identity: Identity, exit_status: int,
+                        crashed: int | None = None) -> None:
         """Called on the client once everyone was told to stop (e.g. cancel pending array
-        elements)."""
+        elements).
+
+        ``exit_status``: how the client's ``with`` block ended (0; 1 for an
+        exception, which the program may still catch; a ``SystemExit`` code).
+        The other ranks end with 0 either way: the client's process status is
+        the launch's.  ``crashed``: the exit status of a worker rank that a call
+        killed during the launch, if any.
+        """
 
     def before_exit(self, identity: Identity, exit_status: int) -> None:
         """Called on a non-client rank just before it leaves the process (e.g. MPI Finalize)."""

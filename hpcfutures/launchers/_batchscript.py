@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import os
 import pwd
 import re
@@ -29,6 +30,9 @@ from typing import ClassVar
 
 from .._errors import AllocationError
 from ._batchenv import COMMAND_TIMEOUT
+from ._qsub import find_qsubs
+
+logger = logging.getLogger("hpcfutures")
 
 __all__ = ["BATCH_SYSTEMS", "BatchSystem", "JobState", "Request", "detect_batch_system",
            "format_hms", "get_batch_system", "memory_megabytes", "parse_walltime"]
@@ -126,6 +130,20 @@ class BatchSystem:
     probe: ClassVar[str]
     #: What starts each directive line: "#SBATCH".
     prefix: ClassVar[str]
+
+    def __init__(self, bin_dir: str | None = None) -> None:
+        #: Where its commands are, when not the first of their name on PATH (PBS's
+        #: qsub behind Grid Engine's: see _qsub.py); None: as PATH finds them.
+        self.bin_dir = bin_dir
+        self._located = bin_dir is not None or self.probe != "qsub"
+
+    def tool(self, name: str) -> str:
+        """The command ``name`` of this system: its path when its ``qsub`` is not the
+        first on PATH (looked for at the first command, not to write a script)."""
+        if not self._located:
+            self.bin_dir = _own_qsub_dir(self)
+            self._located = True
+        return os.path.join(self.bin_dir, name) if self.bin_dir else name
 
     # --- the script
     def directives(self, request: Request) -> list[str]:
@@ -299,10 +317,10 @@ class GridEngine(BatchSystem):
         return "mpiexec -n {tasks}" if request.nodes > 1 else ""
 
     def submit_command(self, path: str) -> list[str]:
-        return ["qsub", "-terse", path]
+        return [self.tool("qsub"), "-terse", path]
 
     def state_command(self, job: str) -> list[str]:
-        return ["qstat", "-u", _user()]
+        return [self.tool("qstat"), "-u", _user()]
 
     def read_state(self, job: str, result: subprocess.CompletedProcess) -> JobState:
         states = set()
@@ -315,7 +333,7 @@ class GridEngine(BatchSystem):
         return _worst(states, {"RUNNING"})
 
     def cancel_command(self, job: str) -> list[str]:
-        return ["qdel", job]
+        return [self.tool("qdel"), job]
 
 
 class PBS(BatchSystem):
@@ -346,7 +364,7 @@ class PBS(BatchSystem):
         return ['cd "${PBS_O_WORKDIR:-.}"']
 
     def submit_command(self, path: str) -> list[str]:
-        return ["qsub", path]
+        return [self.tool("qsub"), path]
 
     def job_id(self, stdout: str) -> str:
         job = stdout.strip()
@@ -355,7 +373,7 @@ class PBS(BatchSystem):
         return job  # "123.server" (or "123[].server"): what qstat and qdel take
 
     def state_command(self, job: str) -> list[str]:
-        return ["qstat", "-f", job]
+        return [self.tool("qstat"), "-f", job]
 
     def read_state(self, job: str, result: subprocess.CompletedProcess) -> JobState:
         match = re.search(r"job_state = (\w)", result.stdout)
@@ -365,7 +383,7 @@ class PBS(BatchSystem):
                 "F": JobState.GONE, "X": JobState.GONE}.get(match[1], JobState.PENDING)
 
     def cancel_command(self, job: str) -> list[str]:
-        return ["qdel", job]
+        return [self.tool("qdel"), job]
 
 
 class LSF(BatchSystem):
@@ -422,20 +440,61 @@ def get_batch_system(name: str) -> BatchSystem:
                          f"got {name!r}") from None
 
 
-def detect_batch_system(environ: Mapping[str, str] | None = None) -> BatchSystem:
-    """The batch system whose commands are here: sbatch, bsub, then qsub (PBS or Grid Engine)."""
-    environ = os.environ if environ is None else environ
-    if shutil.which("sbatch"):
-        return Slurm()
-    if shutil.which("bsub"):
-        return LSF()
-    if shutil.which("qsub"):
-        if environ.get("SGE_ROOT") or shutil.which("qconf"):
-            return GridEngine()
-        return PBS()
+def _own_qsub_dir(system: BatchSystem, environ: Mapping[str, str] | None = None) -> str | None:
+    """The folder of the first ``qsub`` on PATH that is ``system``'s (PBS and Grid Engine
+    share the name: see _qsub.py); None to leave it to PATH (none would say whose it is)."""
+    qsubs = find_qsubs(environ)
+    for path, flavour in qsubs:
+        if flavour == system.name:
+            return os.path.dirname(path)
+    if not qsubs or any(flavour is None for _, flavour in qsubs):
+        return None
+    hint = "often /opt/pbs/bin" if system.name == "pbs" else "$SGE_ROOT/bin/<arch>"
     raise AllocationError(
-        "no batch system found on this machine (none of sbatch, qsub, bsub is on PATH): run "
-        "this on the cluster's login node, or pass batch_system= with its commands on PATH")
+        f"batch_system={system.name!r}, but no qsub on PATH is {system.title}'s: "
+        f"{_found_here(environ)}. Put {system.title}'s bin directory on PATH ({hint}).")
+
+
+def detect_batch_system(environ: Mapping[str, str] | None = None) -> BatchSystem:
+    """The batch system whose commands are here: sbatch, bsub, then qsub (PBS or Grid
+    Engine, as that qsub says).  Where several are, the first of that order is used
+    (pass ``batch_system=`` for another); the log names them all."""
+    environ = os.environ if environ is None else environ
+    found = _systems_here(environ)
+    if not found:
+        raise AllocationError(
+            "no batch system found on this machine (none of sbatch, qsub, bsub is on PATH): "
+            "run this on the cluster's login node, or pass batch_system= with its commands "
+            "on PATH")
+    chosen = found[0][1]
+    if len(found) > 1:
+        logger.info("several batch systems here (%s): using %s; batch_system= picks another",
+                    _found_here(environ), chosen.title)
+    return chosen
+
+
+def _systems_here(environ: Mapping[str, str]) -> list[tuple[str, BatchSystem]]:
+    """(where, system) for each batch system whose commands are on PATH, in order of use."""
+    path = environ.get("PATH")
+    found: list[tuple[str, BatchSystem]] = []
+    for kind in (Slurm, LSF):
+        where = shutil.which(kind.probe, path=path)
+        if where:
+            found.append((where, kind()))
+    for where, flavour in find_qsubs(environ):
+        if flavour is None:  # it would not say: Grid Engine's tools beside it tell
+            flavour = "sge" if environ.get("SGE_ROOT") or shutil.which("qconf", path=path) \
+                else "pbs"
+        if all(other.name != flavour for _, other in found):
+            found.append((where, BATCH_SYSTEMS[flavour](bin_dir=os.path.dirname(where))))
+    return found
+
+
+def _found_here(environ: Mapping[str, str] | None) -> str:
+    found = _systems_here(os.environ if environ is None else environ)
+    if not found:
+        return "found none of sbatch, bsub, qsub on PATH"
+    return "found " + ", ".join(f"{system.title} ({where})" for where, system in found)
 
 
 def _user() -> str:

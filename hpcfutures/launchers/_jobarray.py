@@ -154,7 +154,8 @@ class JobArrayLauncher(Launcher):
             return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
         return super().address_exchange(identity)
 
-    def client_finished(self, identity: Identity, exit_status: int) -> None:
+    def client_finished(self, identity: Identity, exit_status: int,
+                        crashed: int | None = None) -> None:
         """Delete the array's pending elements: nothing is left for them to do."""
         array_job = identity.fields.get("array_job_id")
         if array_job and identity.size > 1:

@@ -5,7 +5,10 @@
     Slurm        scontrol requeue $SLURM_JOB_ID   (a batch job; #SBATCH --requeue)
                  requeues so far: SLURM_RESTART_COUNT
     Grid Engine  the job script exits with status 99 (the job's state becomes Rq)
-    PBS          qrerun $PBS_JOBID
+    PBS          qrerun $PBS_JOBID (operators and managers only); for anyone
+                 else, the job's own submission again: qsub with the arguments
+                 qstat -f reports, in $PBS_O_WORKDIR (a new job id)
+                 requeues so far: HPCFUTURES_REQUEUES, passed on with qsub -v
     LSF          brequeue $LSB_JOBID
                  requeues so far (these three): a counter file per job,
                  ~/.hpcfutures/requeues/<system>-<job id>
@@ -17,16 +20,21 @@ PBS and LSF the batch system ends the job itself at once anyway.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import html
+import json
 import logging
 import os
+import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ._batchenv import run_command
 
-__all__ = ["REQUEUED_STATUS", "RequeueOutcome", "requeue_job"]
+__all__ = ["REQUEUED_STATUS", "RequeueOutcome", "requeue_directive", "requeue_job"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -67,6 +75,20 @@ def _this_job(environ: Mapping[str, str]) -> _Job | None:
     return None
 
 
+#: The line of a job script that lets its batch system put the job back in the queue.
+_DIRECTIVES = {"Slurm": "#SBATCH --requeue", "Grid Engine": "#$ -r y", "PBS": "#PBS -r y",
+               "LSF": "#BSUB -r"}
+
+
+def requeue_directive(environ: Mapping[str, str] | None = None) -> str:
+    """What a job script of the batch system this process runs under needs for a requeue
+    (``#PBS -r y`` inside a PBS job); outside a batch job, each system's."""
+    job = _this_job(os.environ if environ is None else environ)
+    if job is not None:
+        return _DIRECTIVES[job.system]
+    return ", ".join(f"{line} ({system})" for system, line in _DIRECTIVES.items())
+
+
 def _counter(job: _Job, home: Path) -> Path:
     name = f"{job.system.replace(' ', '')}-{job.job}".replace("/", "_")
     return home / "requeues" / name
@@ -85,10 +107,15 @@ def requeue_job(cap: int, then: str = "", environ: Mapping[str, str] | None = No
                                      "or LSF batch job (requeue=True needs one)")
     counter = _counter(job, home or Path.home() / ".hpcfutures")
     done = job.count if job.count is not None else _read_count(counter)
+    carried = environ.get(REQUEUES_VAR, "").strip()
+    if carried.isdigit():  # a PBS job resubmitted by an earlier run of it
+        done = max(done, int(carried))
     if done >= cap:
         return RequeueOutcome(False, f"not requeued: {job.system} job {job.job} was requeued "
                                      f"{done} time(s) already, the most max_requeues={cap} "
                                      "allows; resubmit it to go on")
+    if job.system == "PBS":
+        return _requeue_pbs(job, done, cap, then, environ, counter, run)
     how = ("exit status 99" if job.command is None else f"'{' '.join(job.command)}'")
     message = (f"requeueing {job.system} job {job.job} ({how}; requeue {done + 1} of at "
                f"most {cap})")
@@ -103,6 +130,102 @@ def requeue_job(cap: int, then: str = "", environ: Mapping[str, str] | None = No
     if job.count is None:
         _write_count(counter, done + 1)
     return RequeueOutcome(True, message)
+
+
+#: Requeues so far of a PBS job resubmitted with qsub (which gives it a new job id).
+REQUEUES_VAR = "HPCFUTURES_REQUEUES"
+
+
+def _requeue_pbs(job: _Job, done: int, cap: int, then: str, environ: Mapping[str, str],
+                 counter: Path, run: Any) -> RequeueOutcome:
+    """``qrerun`` where PBS allows it (operators and managers); else submit the job again.
+
+    ``qrerun`` ends the job at once, so the message comes before it; a resubmission
+    leaves this job running to its end, and its message says which job comes next.
+    """
+    attempt = f"requeue {done + 1} of at most {cap}"
+    logger.warning("requeueing PBS job %s (%s)%s", job.job, attempt, f": {then}" if then else "")
+    if run(("qrerun", job.job), f"rerun PBS job {job.job}", level=logging.DEBUG) is not None:
+        _write_count(counter, done + 1)
+        return RequeueOutcome(True, f"requeued PBS job {job.job} ('qrerun {job.job}'; "
+                                    f"{attempt})")
+    submission = _pbs_submission(job.job, environ, run)
+    if isinstance(submission, str):
+        return RequeueOutcome(False, f"not requeued: 'qrerun {job.job}' was refused (PBS "
+                                     f"allows it to operators and managers only) and {submission}")
+    workdir, arguments = submission
+    again = ("qsub", *_with_variable(arguments, f"{REQUEUES_VAR}={done + 1}"))
+    # qsub reads a relative script path from the submission's own directory.
+    result = run(("sh", "-c", 'cd "$0" && exec "$@"', workdir, *again),
+                 f"submit PBS job {job.job} again", otherwise="resubmit it to go on")
+    if result is None:
+        return RequeueOutcome(False, f"not requeued: 'qrerun {job.job}' was refused (PBS "
+                                     "allows it to operators and managers only) and "
+                                     f"'{' '.join(again)}' in {workdir} failed")
+    new_job = result.stdout.strip() or "(no job id given)"
+    message = (f"resubmitted PBS job {job.job} as job {new_job} ('{' '.join(again)}' in "
+               f"{workdir}: 'qrerun' is for PBS operators and managers; {attempt})")
+    logger.warning("%s", message)
+    return RequeueOutcome(True, message)
+
+
+#: qsub options of PBS that take no value; every other option takes one.
+_PBS_FLAGS = frozenset({"-f", "-h", "-I", "-V", "-X", "-z", "-G"})
+
+
+def _pbs_submission(job: str, environ: Mapping[str, str],
+                    run: Any) -> tuple[str, list[str]] | str:
+    """(directory, qsub arguments) of ``job``'s submission, from ``qstat -f``; or why not."""
+    asked = run(("qstat", "-f", "-F", "json", job), f"read how PBS job {job} was submitted",
+                level=logging.DEBUG)
+    facts: dict[str, Any] = {}
+    if asked is not None:
+        with contextlib.suppress(ValueError, AttributeError):
+            facts = next(iter(json.loads(asked.stdout).get("Jobs", {}).values()), {})
+    given = facts.get("Submit_arguments")
+    if not isinstance(given, str):
+        return f"'qstat -f -F json {job}' did not say how the job was submitted"
+    arguments = _submit_arguments(given)
+    variables = facts.get("Variable_List")
+    workdir = environ.get("PBS_O_WORKDIR") or (
+        variables.get("PBS_O_WORKDIR") if isinstance(variables, dict) else None)
+    if not workdir:
+        return "the job's submission directory (PBS_O_WORKDIR) is unknown"
+    if "--" not in arguments and _script_of(arguments) is None:
+        return ("the job was submitted through standard input, so there is no script to "
+                "submit again: submit a script file (qsub job.sh) to be requeued")
+    return workdir, arguments
+
+
+def _submit_arguments(given: str) -> list[str]:
+    """qstat's ``Submit_arguments``: plain words, or (PBS Pro, OpenPBS) JSDL elements."""
+    if "<jsdl-hpcpa:Argument>" in given:
+        return [html.unescape(word) for word in
+                re.findall(r"<jsdl-hpcpa:Argument>(.*?)</jsdl-hpcpa:Argument>", given, re.S)]
+    return shlex.split(given)
+
+
+def _script_of(arguments: list[str]) -> str | None:
+    """The script among qsub's arguments (the first word that is no option or its value)."""
+    words = iter(arguments)
+    for word in words:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+        if word not in _PBS_FLAGS and len(word) == 2:
+            next(words, None)  # the option's value
+    return None
+
+
+def _with_variable(arguments: list[str], assignment: str) -> list[str]:
+    """``arguments`` with one more variable passed to the job (qsub -v takes one list)."""
+    out = list(arguments)
+    for i, word in enumerate(out[:-1]):
+        if word == "-v":
+            out[i + 1] = f"{out[i + 1]},{assignment}"
+            return out
+    return ["-v", assignment, *out]
 
 
 def _read_count(path: Path) -> int:

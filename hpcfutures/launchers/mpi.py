@@ -14,11 +14,14 @@ non-blocking with a deadline, so a missing scheduler is a StartupTimeoutError.
 
 How the launch ends::
 
-    client succeeded   every rank: Ibarrier (deadline) -> MPI_Finalize -> exit 0
-                       (non-client ranks through C exit(): see _mpi.exit_process)
-    client failed      client: Dask shutdown -> its traceback -> MPI_Abort(status)
-                       others: wait for that abort (deadline), else abort themselves
-    uncaught exception MPI_Abort on that rank (see _mpi.py): nobody waits forever
+    client leaves      every rank: Ibarrier (deadline) -> MPI_Finalize -> exit 0
+                       (non-client ranks through C exit(): see _mpi.exit_process);
+                       the client goes on running the program, whose exit status
+                       (an uncaught exception: 1) is the job's
+    a call killed      client: MPI_Abort(that rank's status): the dead rank cannot
+      a worker rank    finalize; others: wait for that abort (deadline), else abort
+    uncaught exception MPI_Abort on that rank (see _mpi.py) while MPI is still
+      (not finalized)  initialised: nobody waits forever
 
 Detection reads environment variables only; mpi4py is imported (and MPI
 initialised) by :meth:`MPILauncher.identity`, i.e. only when this plug-in is used.
@@ -31,7 +34,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from collections.abc import Mapping, MutableMapping
 
 from .._errors import LauncherError, StartupTimeoutError
@@ -229,11 +231,16 @@ class MPILauncher(Launcher):
                                  timeout=self.lookup_timeout(identity))
 
     # ------------------------------------------------------------------ the end
-    def client_finished(self, identity: Identity, exit_status: int) -> None:
-        """Success: finalize with the others.  Failure: end the job with MPI_Abort."""
-        if exit_status != 0:
-            _report_failure(identity, exit_status)
-            _mpi.abort(exit_status)
+    def client_finished(self, identity: Identity, exit_status: int,
+                        crashed: int | None = None) -> None:
+        """Finalize with the others, however the client's block ended: the program may
+        catch its exception and go on (an uncaught one still aborts the job at exit:
+        see ``_mpi._install_abort_on_uncaught_exception``).  A worker rank that a call
+        killed cannot finalize: then the job ends with MPI_Abort and that rank's status.
+        """
+        if crashed is not None:
+            _report_crash(identity, crashed)
+            _mpi.abort(crashed)
         if not self.settings.exit_when_done:
             return  # every rank carries on; mpi4py finalizes at exit
         if not _mpi.finalize_together(self.settings.timeout):
@@ -251,13 +258,10 @@ class MPILauncher(Launcher):
         _mpi.abort(exit_status or 1)
 
 
-def _report_failure(identity: Identity, exit_status: int) -> None:
-    """Print the client's exception now: MPI_Abort ends the process before Python would."""
-    exc = sys.exc_info()[1]
-    if exc is not None and not isinstance(exc, SystemExit):
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    print(f"hpcfutures: the client (MPI rank {identity.rank}) failed with exit status "
-          f"{exit_status}: aborting the MPI job (MPI_Abort)", file=sys.stderr, flush=True)
+def _report_crash(identity: Identity, crashed: int) -> None:
+    print(f"hpcfutures: a call killed a worker rank (exit status {crashed}), which cannot "
+          f"finalize MPI: the client (MPI rank {identity.rank}) aborts the job with that "
+          "status (MPI_Abort)", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------- address exchange

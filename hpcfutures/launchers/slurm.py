@@ -198,7 +198,8 @@ class SlurmLauncher(Launcher):
                                                array_position(self.environ).first)
         return super().address_exchange(identity)
 
-    def client_finished(self, identity: Identity, exit_status: int) -> None:
+    def client_finished(self, identity: Identity, exit_status: int,
+                        crashed: int | None = None) -> None:
         """Cancel array elements still pending: nothing is left for them to do."""
         array_job = identity.fields.get("array_job_id")
         if array_job:
