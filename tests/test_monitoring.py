@@ -8,6 +8,7 @@ default; the dashboard and the pointers through ``hpcfutures run``, for real.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 import subprocess
@@ -313,6 +314,45 @@ def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     changes.left("b")
     asyncio.run(roster.refresh(client, lambda: True))  # the launch is ending: no warning
     assert "rank 3" not in caplog.text and roster.lost == ["rank-2"]
+
+
+def test_workers_leaving_a_few_at_a_time_are_one_line_and_a_summary(caplog, monkeypatch):
+    """A wave the client hears of over several questions (a node's 32 workers over a
+    few seconds) is one line for the first worker and one summary, not a line each."""
+    import asyncio
+
+    from hpcfutures._dask import WorkerChanges, deaths
+    from hpcfutures._facade.roster import WorkerRoster
+
+    monkeypatch.setattr(deaths, "WAVE_WINDOW", 0.2)
+    changes = WorkerChanges()
+
+    class Scheduler:
+        async def hpcfutures_worker_changes(self, start):
+            return changes.since(start)
+
+    client = type("Client", (), {"scheduler": Scheduler()})()
+
+    async def scenario() -> None:
+        roster = WorkerRoster()
+        roster.pointer = lambda name: (f"rank {name[5:]} (worker)", f"read {name}.log")
+        changes.events += [("+", f"w{i}", f"rank-{i + 2}", None) for i in range(8)]
+        await roster.refresh(client, lambda: False)
+        roster.hosts.update({f"rank-{i + 2}": "node1" for i in range(8)})
+        for pair in range(4):
+            changes.left(f"w{2 * pair}")
+            changes.left(f"w{2 * pair + 1}")
+            await roster.refresh(client, lambda: False)
+        await asyncio.sleep(0.6)
+        assert roster.lost == [f"rank-{i + 2}" for i in range(8)]
+
+    with caplog.at_level(logging.WARNING, logger="hpcfutures"):
+        asyncio.run(scenario())
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 2, said
+    assert said[0].startswith("rank 2 (worker) left the launch before the end (on node1;")
+    assert said[1].startswith("7 more workers left the launch before the end within "), said
+    assert "7 on node1; the first few: rank 3 (worker) left" in said[1], said
 
 
 # ------------------------------------------------------ progress, in process

@@ -372,6 +372,7 @@ class TaskBridge:
     def closing(self) -> None:
         """From now on, lost Dask futures are part of shutting down, not a failure."""
         self._closing = True
+        self._loop.call_soon(self.roster.flush)  # a summary of departures still held
 
 
 def _no_journal() -> str | None:

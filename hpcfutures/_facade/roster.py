@@ -42,6 +42,12 @@ class WorkerRoster:
         self._next = 0
         #: name -> (who, where to look); the client side knows how ranks name their logs.
         self.pointer: Callable[[str], tuple[str, str]] = _by_name
+        from .._dask.deaths import WaveLog  # (logging only: no Dask object is touched)
+
+        #: Departures a few at a time, as a wave spread over several questions brings
+        #: them: one line for the first, one summary for those that follow it soon.
+        self._departures = WaveLog(logger, "worker left the launch before the end",
+                                   "workers left the launch before the end")
 
     async def refresh(self, client: Client, ending: Callable[[], bool],
                       timeout: float = 5.0) -> None:
@@ -73,9 +79,11 @@ class WorkerRoster:
                 who, where = self.pointer(name)
                 host = self.hosts.get(name)
                 on = f"on {host}; " if host else ""
-                logger.warning("%s left the launch before the end (%sits unfinished tasks run "
-                               "again on the other workers); %s", who, on, where)
+                self._departures.add(f"{who} left the launch before the end ({on}its "
+                                     f"unfinished tasks run again on the other workers); {where}",
+                                     f"on {host}" if host else "host unknown")
             return
+        self._departures.flush()
         # A wave (a node lost, a job step killed): one line, not one per worker.
         hosts = sorted({self.hosts[name] for name in gone if name in self.hosts})
         named = ", ".join(self.pointer(name)[0] for name in gone[:NAMED])
@@ -84,6 +92,10 @@ class WorkerRoster:
         logger.warning("%d workers left the launch at once before the end%s: %s and %d more; "
                        "their unfinished tasks run again on the other workers; %s", len(gone),
                        on, named, len(gone) - NAMED, self.pointer(gone[0])[1])
+
+    def flush(self) -> None:
+        """Log the summary of departures still held (the client is leaving)."""
+        self._departures.flush()
 
     def describe_lost(self) -> str:
         """The lost workers and where to read about them, for an error message."""
