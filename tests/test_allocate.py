@@ -26,6 +26,7 @@ from helpers import (
     ROOT,
     assert_no_leftovers,
     require,
+    run_job,
     slurm_is_up,
 )
 from test_sge import JOB_USER, cluster  # noqa: F401 -- cluster: test_sge's fixture
@@ -238,6 +239,19 @@ def test_allocate_scale_die_and_submit_wait_on_slurm(tmp_path, slurm_env):
     assert "submitted; output: " in out and "ended with exit status 0" in out, out
     assert "pi ~= 3.1" in (tmp_path / "mc.out").read_text()
     assert _squeue("hpcf-alloc-test") == ""
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_allocate_notebook_example_on_slurm(slurm_env):
+    """examples/allocate_notebook.py, run as a script on the login node (here: this
+    machine, with the local Slurm): a job, two more worker jobs, nothing left queued."""
+    job = run_job([sys.executable, "examples/allocate_notebook.py"], env=slurm_env,
+                  timeout=240)
+    assert job.returncode == 0, job
+    assert re.search(r"pi ~= 3\.1\d* from 32 tasks", job.stdout), job
+    assert re.search(r"^\d+ workers connected$", job.stdout, re.M), job
+    assert _squeue("hpcfutures") == "" and _squeue("hpcfutures-w") == "", "jobs left queued"
 
 
 @pytest.mark.slurm

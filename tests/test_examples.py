@@ -76,3 +76,23 @@ def test_batch_script_examples_are_valid_bash_with_a_python_body_that_compiles(s
     body = re.search(r"<<'PY'\n(.*?)\nPY\n", path.read_text(), re.DOTALL)
     if body:
         compile(body.group(1), f"{script} (its Python)", "exec")
+
+
+#: Examples that only the syntax check above runs, and why; their recipe is run elsewhere.
+ONLY_CHECKED = {
+    "slurm_requeue.sh": "minutes of Slurm time limits and requeue holds; its recipe runs in "
+                        "tests/test_draining.py (a drained, requeued, resumed sbatch job)",
+    "sge_requeue.sh": "minutes of h_rt limits; its recipe runs in tests/test_sge.py (an h_rt "
+                      "job that drains, exits 99 and whose rerun completes every item)",
+}
+
+
+def test_every_example_is_run_by_some_test():
+    """An example added without a test would rot unseen: each is named in a test file
+    (or listed above, with the test that runs its recipe)."""
+    tests = "\n".join(path.read_text() for path in (ROOT / "tests").glob("test_*.py"))
+    # Named in a string (a path or a parameter), not merely in a comment.
+    untested = [entry.name for entry in sorted(EXAMPLES.iterdir())
+                if not entry.name.startswith((".", "_")) and entry.name not in ONLY_CHECKED
+                and not re.search(rf"[\"'/]{re.escape(entry.name)}[\"']", tests)]
+    assert not untested, f"examples no test runs: {untested}"
