@@ -9,7 +9,8 @@
 #                                        it stops sending calls, lets the running ones
 #                                        finish, then leaves with exit status 99
 #   #$ -r y                              lets Grid Engine run the job again
-# A rerun (RESTARTED=1) skips every call the journal holds; at most 3 requeues.
+# A rerun (RESTARTED=1) skips every call the journal holds; max_requeues (3) stops it after
+# three runs in a row that recorded nothing new.
 #$ -N hpcfutures-requeue
 #$ -cwd
 #$ -j y

@@ -9,7 +9,8 @@
 #                                        job's end it stops sending calls, lets the running
 #                                        ones finish, then runs `scontrol requeue`
 #   #SBATCH --requeue                    lets Slurm put the job back in the queue
-# A rerun skips every call the journal holds; at most 3 requeues (max_requeues).
+# A rerun skips every call the journal holds; max_requeues (3) stops it after three
+# runs in a row that recorded nothing new (Slurm's MaxBatchRequeue caps it too).
 # Slurm holds a requeued job back for about two minutes before it runs again.
 #SBATCH --job-name=hpcfutures-requeue
 #SBATCH --ntasks=1

@@ -107,12 +107,12 @@ def test_times_memory_and_counts_are_checked():
 
 
 def _fake_qsub(folder: Path, says: str) -> Path:
-    """A qsub that answers --version and -help as PBS's or Grid Engine's does."""
+    """A qsub (and qstat) that answer --version and -help as PBS's or Grid Engine's do."""
     folder.mkdir()
-    path = folder / "qsub"
-    path.write_text(f"#!/bin/sh\necho '{says}'\n")
-    path.chmod(0o755)
-    return path
+    for name in ("qsub", "qstat"):
+        (folder / name).write_text(f"#!/bin/sh\necho '{says}'\n")
+        (folder / name).chmod(0o755)
+    return folder / "qsub"
 
 
 def test_pbs_and_grid_engine_qsubs_are_told_apart(tmp_path, monkeypatch):

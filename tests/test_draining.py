@@ -186,6 +186,9 @@ class FakeBridge:
     def journal_note(self):
         return "the journal at /scratch/j holds 12 results"
 
+    def journal_added(self):
+        return 12
+
     def ended(self):
         return self.closing
 
@@ -253,28 +256,50 @@ def test_requeue_runs_each_systems_command_and_counts(tmp_path):
 
     def run(command, purpose, **kwargs):
         ran.append(command)
-        return _ran("")
+        return _ran("MaxBatchRequeue         = 5\n" if command[1:] == ("show", "config")
+                    else "")
 
     slurm = {"SLURM_JOB_ID": "55", "SLURM_RESTART_COUNT": "1"}
-    outcome = _requeue.requeue_job(3, "then", slurm, tmp_path, run)
-    assert outcome.requeued and ran == [("scontrol", "requeue", "55")]
-    assert "requeue 2 of at most 3" in outcome.message
-    capped = _requeue.requeue_job(3, "", {**slurm, "SLURM_RESTART_COUNT": "3"}, tmp_path, run)
-    assert not capped.requeued and "requeued 3 time(s) already" in capped.message
-    assert "max_requeues=3" in capped.message and len(ran) == 1
+    outcome = _requeue.requeue_job(3, "then", slurm, tmp_path, run, added=12)
+    assert outcome.requeued and ran[-1] == ("scontrol", "requeue", "55")
+    assert "requeue 2; this run recorded 12 new result(s)" in outcome.message
+    # Slurm's own cap on requeues stops it, whatever progress it makes; and says so.
+    capped = _requeue.requeue_job(3, "", {**slurm, "SLURM_RESTART_COUNT": "5"}, tmp_path, run,
+                                  added=12)
+    assert not capped.requeued and "Slurm's MaxBatchRequeue=5 allows no more" in capped.message
+    ran.clear()
     sge = {"JOB_ID": "108", "SGE_ROOT": "/sge"}
     for attempt in (1, 2):
         outcome = _requeue.requeue_job(2, "", sge, tmp_path, run)
-        assert outcome.requeued and f"exit status 99; requeue {attempt} of" in outcome.message
+        assert outcome.requeued and f"exit status 99; requeue {attempt}; no journal" in (
+            outcome.message)
     assert not _requeue.requeue_job(2, "", sge, tmp_path, run).requeued
-    assert len(ran) == 1  # Grid Engine's requeue is the exit status
+    assert ran == []  # Grid Engine's requeue is the exit status
     assert _requeue.requeue_job(3, "", {"PBS_JOBID": "9.pbs"}, tmp_path, run).requeued
     assert _requeue.requeue_job(3, "", {"LSB_JOBID": "9"}, tmp_path, run).requeued
-    assert ran[1:] == [("qrerun", "9.pbs"), ("brequeue", "9")]
+    assert ran == [("qrerun", "9.pbs"), ("brequeue", "9")]
     failed = _requeue.requeue_job(3, "", {"LSB_JOBID": "10"}, tmp_path, lambda *a, **k: None)
     assert not failed.requeued
     alone = _requeue.requeue_job(3, "", {}, tmp_path, run)
     assert not alone.requeued and "not a Slurm, Grid Engine, PBS or LSF batch job" in alone.message
+
+
+def test_only_runs_in_a_row_without_new_results_count_against_max_requeues(tmp_path):
+    """A week-long sweep under a day's limit needs seven runs: each that records new
+    results is progress, however many there were before; three runs in a row that record
+    nothing stop it (max_requeues=3), and the message says that was why."""
+    def run(command, purpose, **kwargs):
+        return _ran("")
+
+    sge = {"JOB_ID": "108", "SGE_ROOT": "/sge"}
+    for added in (60, 55, 57, 56, 58, 0, 0, 40, 0, 0, 0):  # 11 runs: each one requeued
+        outcome = _requeue.requeue_job(3, "", sge, tmp_path, run, added=added)
+        assert outcome.requeued, outcome
+    assert "no new result, 3 run(s) in a row; max_requeues=3 allows 3" in outcome.message
+    stopped = _requeue.requeue_job(3, "", sge, tmp_path, run, added=0)
+    assert not stopped.requeued
+    assert ("recorded no new result in its last 4 runs (max_requeues=3 counts the runs in a "
+            "row without progress)") in stopped.message
 
 
 class FakePBS:
@@ -303,18 +328,21 @@ def test_pbs_requeue_resubmits_the_job_for_an_ordinary_user(tmp_path):
     outcome = _requeue.requeue_job(3, "", {"PBS_JOBID": "9.pbsvm"}, tmp_path, pbs)
     assert outcome.requeued, outcome
     assert pbs.ran[0] == ("qrerun", "9.pbsvm")
-    assert pbs.ran[-1] == ("sh", "-c", 'cd "$0" && exec "$@"', "/home/ada/sweep", "qsub",
-                           "-v", "HPCFUTURES_REQUEUES=1", "-l", "walltime=00:01:30", "sweep.sh")
+    assert pbs.ran[-1] == ("sh", "-c", 'cd "$0" && exec "$@"', "/home/ada/sweep", "qsub", "-v",
+                           "HPCFUTURES_REQUEUES=1,HPCFUTURES_STALLED_RUNS=1", "-l",
+                           "walltime=00:01:30", "sweep.sh")
     assert "resubmitted PBS job 9.pbsvm as job 10.pbsvm" in outcome.message
-    assert "'qrerun' is for PBS operators and managers; requeue 1 of at most 3" in outcome.message
+    assert "'qrerun' is for PBS operators and managers; requeue 1; no journal" in outcome.message
     # The resubmitted job counts on from there; its own -v list gets the count added.
     pbs = FakePBS("-v SEED=4 -l walltime=00:01:30 sweep.sh")
-    again = {"PBS_JOBID": "10.pbsvm", "HPCFUTURES_REQUEUES": "1"}
-    assert _requeue.requeue_job(3, "", again, tmp_path, pbs).requeued
-    assert pbs.ran[-1][-5:] == ("-v", "SEED=4,HPCFUTURES_REQUEUES=2", "-l",
-                                "walltime=00:01:30", "sweep.sh")
-    capped = _requeue.requeue_job(3, "", {**again, "HPCFUTURES_REQUEUES": "3"}, tmp_path, pbs)
-    assert not capped.requeued and "requeued 3 time(s) already" in capped.message
+    again = {"PBS_JOBID": "10.pbsvm", "HPCFUTURES_REQUEUES": "1",
+             "HPCFUTURES_STALLED_RUNS": "1"}
+    assert _requeue.requeue_job(3, "", again, tmp_path, pbs, added=7).requeued
+    assert pbs.ran[-1][-5:] == ("-v", "SEED=4,HPCFUTURES_REQUEUES=2,HPCFUTURES_STALLED_RUNS=0",
+                                "-l", "walltime=00:01:30", "sweep.sh")
+    stuck = {**again, "HPCFUTURES_STALLED_RUNS": "3"}
+    capped = _requeue.requeue_job(3, "", stuck, tmp_path, pbs)
+    assert not capped.requeued and "no new result in its last 4 runs" in capped.message
 
 
 def test_pbs_requeue_uses_qrerun_where_allowed_and_says_why_it_cannot_resubmit(tmp_path):
@@ -342,7 +370,7 @@ def test_the_time_limit_error_names_the_requeue_directive_of_the_batch_system():
 def test_only_a_drain_that_refused_calls_requeues(monkeypatch):
     calls: list = []
     monkeypatch.setattr(_requeue, "requeue_job",
-                        lambda cap, then: calls.append((cap, then)) or
+                        lambda cap, then, added: calls.append((cap, then, added)) or
                         _requeue.RequeueOutcome(True, "requeued"))
     bridge = FakeBridge()
     drain = Drain(bridge, _settings(requeue=True, max_requeues=2))
@@ -351,7 +379,7 @@ def test_only_a_drain_that_refused_calls_requeues(monkeypatch):
     assert drain.requeue_if_wanted() is None  # drained, nothing left
     bridge.refused = 4
     assert drain.requeue_if_wanted() == _requeue.REQUEUED_STATUS
-    assert calls == [(2, "its rerun resumes from the journal")]
+    assert calls == [(2, "its rerun resumes from the journal", 12)]
     assert Drain(bridge, _settings()).requeue_if_wanted() is None  # requeue not asked for
 
 
@@ -420,7 +448,11 @@ def test_a_slurm_job_drains_requeues_itself_and_completes_every_item_once(tmp_pa
     output = batch.outputs()
     assert facts["JobState"] == "COMPLETED", output
     assert "RUN 0" in output and "RUN 1" in output and "DONE" in output, output
-    assert "requeueing Slurm job" in output and "requeue 1 of at most 3" in output, output
+    assert "requeueing Slurm job" in output, output
+    assert "requeue 1; this run recorded" in output, output  # what the run added
+    # A planned drain is said as such, not as a failure of the client.
+    assert "the executor drained" in output, output
+    assert "ending the launch" not in output and "client failed" not in output, output
     assert f"resumed 0 of {REQUEUE_ITEMS} calls" in output.split("RUN 1")[0], output
     assert f"resumed 0 of {REQUEUE_ITEMS} calls" not in output.split("RUN 1")[1], output
     markers = sorted(int(p.name.split(".")[0]) for p in (tmp_path / "markers").iterdir())

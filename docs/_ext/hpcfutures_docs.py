@@ -38,6 +38,11 @@ OTHER_VARIABLES = {
         "How many times a PBS job was submitted again by ``requeue=True`` (PBS gives "
         "each resubmission a new job id, and ``max_requeues`` counts on from this).",
     ),
+    "HPCFUTURES_STALLED_RUNS": (
+        "set by a PBS job's resubmission",
+        "How many runs in a row of a resubmitted PBS job recorded no new result (what "
+        "``max_requeues`` counts).",
+    ),
     "HPCFUTURES_RANK": (
         "set by ``hpcfutures run``",
         "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "

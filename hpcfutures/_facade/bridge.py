@@ -69,6 +69,8 @@ class TaskBridge:
         self.refused = 0
         #: What the journal holds, for the drain's message (the journal sets it).
         self.journal_note: Callable[[], str | None] = _no_journal
+        #: Results the journal recorded in this run (None: no journal), for the requeue.
+        self.journal_added: Callable[[], int | None] = _no_journal_count
         self._closing = False
         self._total_threads = max(1, threads)
         self._workers = 1  # at least the one the client waited for
@@ -376,4 +378,8 @@ class TaskBridge:
 
 
 def _no_journal() -> str | None:
+    return None
+
+
+def _no_journal_count() -> int | None:
     return None

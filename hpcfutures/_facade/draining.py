@@ -145,7 +145,8 @@ class Drain:
         journal = self._bridge.journal_note()
         then = ("its rerun resumes from the journal" if journal is not None else
                 "no journal was set, so its rerun starts over")
-        outcome = requeue_job(self._settings.max_requeues, then)
+        outcome = requeue_job(self._settings.max_requeues, then,
+                              added=self._bridge.journal_added())
         if not outcome.requeued:
             logger.warning("%s", outcome.message)
             return None

@@ -110,9 +110,11 @@ class Executor(cf.Executor):
             users PBS refuses that, ``qsub`` of the job again, LSF ``brequeue``), so that a
             rerun resumes from the journal. Default: ``False``. Environment:
             ``HPCFUTURES_REQUEUE``.
-        max_requeues: Requeues of one job at most (Slurm counts them in
-            ``SLURM_RESTART_COUNT``): stops a job that never gets further from looping. Default:
-            ``3``. Environment: ``HPCFUTURES_MAX_REQUEUES``.
+        max_requeues: Runs in a row that recorded no new result, at most, before a job is no
+            longer requeued: stops a job that never gets further from looping, and lets one
+            whose every run adds results go on for as many runs as it needs (within the batch
+            system's own cap, such as Slurm's ``MaxBatchRequeue``). Default: ``3``. Environment:
+            ``HPCFUTURES_MAX_REQUEUES``.
         journal: Directory where each finished call's result is recorded, on a filesystem that
             later runs see; a later run with the same journal returns the recorded results
             instead of running those calls again. May use ``{job_id}`` and ``{user}`` like
@@ -227,6 +229,7 @@ class Executor(cf.Executor):
             journal = self._journal
             self._bridge.journal_note = lambda: (
                 f"the journal {journal.directory} holds {journal.recorded_count()} results")
+            self._bridge.journal_added = journal.recorded_now
         return self._journal
 
     def _journal_drained(self) -> None:

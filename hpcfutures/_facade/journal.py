@@ -246,6 +246,10 @@ class Journal:
         """How many calls the journal holds: found at the start plus recorded since."""
         return self._found_at_start + self._writer.records
 
+    def recorded_now(self) -> int:
+        """How many results this run recorded (a requeued sweep's progress)."""
+        return self._writer.records
+
     # -------------------------------------------------------------- lookups
     def _found(self, key: bytes | None) -> Entry | None:
         with self._lock:

@@ -416,8 +416,10 @@ OPTIONS: tuple[Option, ...] = (
            "users PBS refuses that, ``qsub`` of the job again, LSF ``brequeue``), so that a "
            "rerun resumes from the journal."),
     Option("max_requeues", COUNT, 3,
-           "Requeues of one job at most (Slurm counts them in ``SLURM_RESTART_COUNT``): "
-           "stops a job that never gets further from looping."),
+           "Runs in a row that recorded no new result, at most, before a job is no longer "
+           "requeued: stops a job that never gets further from looping, and lets one whose "
+           "every run adds results go on for as many runs as it needs (within the batch "
+           "system's own cap, such as Slurm's ``MaxBatchRequeue``)."),
     Option("journal", TEXT, None,
            "Directory where each finished call's result is recorded, on a filesystem that "
            "later runs see; a later run with the same journal returns the recorded results "

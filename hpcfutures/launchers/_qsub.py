@@ -5,9 +5,11 @@ them): the first ``qsub`` found is not necessarily the system asked for.
 Each tells who it is when asked::
 
     PBS (OpenPBS, PBS Pro)     qsub --version   pbs_version = 23.06.06
-    Grid Engine (SGE, OGS...)  qsub -help       SGE 8.1.9  (first line)
+    Grid Engine (SGE, OGS...)  qstat -help      SGE 8.1.9  (first line; qstat beside it)
 
-Every ``qsub`` on ``PATH`` is asked (once per process), in ``PATH`` order.
+Every ``qsub`` on ``PATH`` is asked (once per process), in ``PATH`` order.  Only
+``--version`` is put to a ``qsub``: PBS's reads ``-help`` as ``-h -e lp`` and submits
+a held job from its standard input (seen on OpenPBS 23.06); ``qstat`` submits nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ __all__ = ["QSUB_FLAVOURS", "find_qsubs", "qsub_flavour"]
 QSUB_FLAVOURS = {"pbs": "PBS", "sge": "Grid Engine"}
 #: Seconds a ``qsub`` may take to say who it is.
 ASK_TIMEOUT = 10.0
-#: First words of ``qsub -help`` in the Grid Engine family.
+#: First words of ``qstat -help`` in the Grid Engine family.
 _GRID_ENGINE_BANNERS = ("SGE ", "GE ", "OGS", "Univa", "Altair Grid Engine", "Son of Grid Engine")
 
 
@@ -33,7 +35,7 @@ def qsub_flavour(path: str) -> str | None:
     version = _ask(path, "--version")
     if "pbs_version" in version:
         return "pbs"
-    helped = _ask(path, "-help").lstrip()
+    helped = _ask(os.path.join(os.path.dirname(path), "qstat"), "-help").lstrip()
     if helped.startswith(_GRID_ENGINE_BANNERS):
         return "sge"
     return None

@@ -95,9 +95,15 @@ def _counter(job: _Job, home: Path) -> Path:
 
 
 def requeue_job(cap: int, then: str = "", environ: Mapping[str, str] | None = None,
-                home: Path | None = None, run: Any = run_command) -> RequeueOutcome:
-    """Requeue the batch job this process runs in, unless it was requeued ``cap`` times.
+                home: Path | None = None, run: Any = run_command,
+                added: int | None = None) -> RequeueOutcome:
+    """Requeue the batch job this process runs in, unless it made no progress in ``cap``
+    runs in a row (or its batch system allows no more requeues).
 
+    ``added``: results this run recorded in its journal (None: no journal, so a
+    rerun starts over and no run counts as progress).  A sweep that records new
+    results every run is not looping, however many runs it needs: only the runs in
+    a row that recorded nothing count against ``cap``.
     Says so before it acts (Slurm ends the job at once): what it does, and ``then``.
     """
     environ = os.environ if environ is None else environ
@@ -106,19 +112,32 @@ def requeue_job(cap: int, then: str = "", environ: Mapping[str, str] | None = No
         return RequeueOutcome(False, "not requeued: this is not a Slurm, Grid Engine, PBS "
                                      "or LSF batch job (requeue=True needs one)")
     counter = _counter(job, home or Path.home() / ".hpcfutures")
-    done = job.count if job.count is not None else _read_count(counter)
-    carried = environ.get(REQUEUES_VAR, "").strip()
-    if carried.isdigit():  # a PBS job resubmitted by an earlier run of it
-        done = max(done, int(carried))
-    if done >= cap:
-        return RequeueOutcome(False, f"not requeued: {job.system} job {job.job} was requeued "
-                                     f"{done} time(s) already, the most max_requeues={cap} "
-                                     "allows; resubmit it to go on")
+    known = _read_counts(counter)
+    done = job.count if job.count is not None else known["requeues"]
+    stalled = known["stalled"]
+    for name, value in ((REQUEUES_VAR, done), (STALLED_VAR, stalled)):
+        carried = environ.get(name, "").strip()  # a PBS job resubmitted by an earlier run
+        if carried.isdigit():
+            if name == REQUEUES_VAR:
+                done = max(value, int(carried))
+            else:
+                stalled = max(value, int(carried))
+    stalled = 0 if added else stalled + 1
+    if stalled > cap:
+        return RequeueOutcome(False, f"not requeued: {job.system} job {job.job} recorded no "
+                                     f"new result in its last {stalled} runs (max_requeues="
+                                     f"{cap} counts the runs in a row without progress); "
+                                     "resubmit it to go on once what holds it back is fixed")
+    ceiling = _ceiling(job, run)
+    if ceiling is not None and done >= ceiling[1]:
+        return RequeueOutcome(False, f"not requeued: {ceiling[0]}={ceiling[1]} allows no more "
+                                     f"requeues of {job.system} job {job.job} (requeued {done} "
+                                     "time(s)); resubmit it to go on")
+    progress = _progress(added, stalled, cap)
     if job.system == "PBS":
-        return _requeue_pbs(job, done, cap, then, environ, counter, run)
+        return _requeue_pbs(job, done, stalled, progress, then, environ, counter, run)
     how = ("exit status 99" if job.command is None else f"'{' '.join(job.command)}'")
-    message = (f"requeueing {job.system} job {job.job} ({how}; requeue {done + 1} of at "
-               f"most {cap})")
+    message = f"requeueing {job.system} job {job.job} ({how}; requeue {done + 1}; {progress})"
     logger.warning("%s%s", message, f": {then}" if then else "")
     if job.command is not None:
         result = run(job.command, f"requeue {job.system} job {job.job}",
@@ -127,26 +146,47 @@ def requeue_job(cap: int, then: str = "", environ: Mapping[str, str] | None = No
                         if job.system == "Slurm" else ""))
         if result is None:
             return RequeueOutcome(False, f"not requeued: '{' '.join(job.command)}' failed")
-    if job.count is None:
-        _write_count(counter, done + 1)
+    _write_counts(counter, done + 1, stalled)
     return RequeueOutcome(True, message)
+
+
+def _progress(added: int | None, stalled: int, cap: int) -> str:
+    """What this run did for the sweep, in the requeue's line."""
+    if added:
+        return f"this run recorded {added} new result(s)"
+    why = "no journal: a rerun starts over" if added is None else "no new result"
+    return (f"{why}, {stalled} run(s) in a row; max_requeues={cap} allows {cap} such runs "
+            "in a row")
+
+
+def _ceiling(job: _Job, run: Any) -> tuple[str, int] | None:
+    """The batch system's own cap on requeues, where it has one it tells (Slurm's
+    ``MaxBatchRequeue``, 5 by default): (its name, its value)."""
+    if job.system != "Slurm":
+        return None
+    asked = run(("scontrol", "show", "config"), "read Slurm's MaxBatchRequeue",
+                level=logging.DEBUG)
+    found = re.search(r"^MaxBatchRequeue\s*=\s*(\d+)", asked.stdout if asked else "", re.M)
+    return ("Slurm's MaxBatchRequeue", int(found[1])) if found else None
 
 
 #: Requeues so far of a PBS job resubmitted with qsub (which gives it a new job id).
 REQUEUES_VAR = "HPCFUTURES_REQUEUES"
+#: Its runs in a row that recorded no new result, likewise.
+STALLED_VAR = "HPCFUTURES_STALLED_RUNS"
 
 
-def _requeue_pbs(job: _Job, done: int, cap: int, then: str, environ: Mapping[str, str],
-                 counter: Path, run: Any) -> RequeueOutcome:
+def _requeue_pbs(job: _Job, done: int, stalled: int, progress: str, then: str,
+                 environ: Mapping[str, str], counter: Path, run: Any) -> RequeueOutcome:
     """``qrerun`` where PBS allows it (operators and managers); else submit the job again.
 
     ``qrerun`` ends the job at once, so the message comes before it; a resubmission
     leaves this job running to its end, and its message says which job comes next.
     """
-    attempt = f"requeue {done + 1} of at most {cap}"
+    attempt = f"requeue {done + 1}; {progress}"
     logger.warning("requeueing PBS job %s (%s)%s", job.job, attempt, f": {then}" if then else "")
     if run(("qrerun", job.job), f"rerun PBS job {job.job}", level=logging.DEBUG) is not None:
-        _write_count(counter, done + 1)
+        _write_counts(counter, done + 1, stalled)
         return RequeueOutcome(True, f"requeued PBS job {job.job} ('qrerun {job.job}'; "
                                     f"{attempt})")
     submission = _pbs_submission(job.job, environ, run)
@@ -154,7 +194,8 @@ def _requeue_pbs(job: _Job, done: int, cap: int, then: str, environ: Mapping[str
         return RequeueOutcome(False, f"not requeued: 'qrerun {job.job}' was refused (PBS "
                                      f"allows it to operators and managers only) and {submission}")
     workdir, arguments = submission
-    again = ("qsub", *_with_variable(arguments, f"{REQUEUES_VAR}={done + 1}"))
+    again = ("qsub", *_with_variable(arguments,
+                                     f"{REQUEUES_VAR}={done + 1},{STALLED_VAR}={stalled}"))
     # qsub reads a relative script path from the submission's own directory.
     result = run(("sh", "-c", 'cd "$0" && exec "$@"', workdir, *again),
                  f"submit PBS job {job.job} again", otherwise="resubmit it to go on")
@@ -228,17 +269,27 @@ def _with_variable(arguments: list[str], assignment: str) -> list[str]:
     return ["-v", assignment, *out]
 
 
-def _read_count(path: Path) -> int:
+def _read_counts(path: Path) -> dict[str, int]:
+    """The job's requeues and runs in a row without progress, as its counter file has them
+    (an earlier version wrote the requeues alone)."""
+    counts = {"requeues": 0, "stalled": 0}
     try:
-        return int(path.read_text().strip() or 0)
-    except (OSError, ValueError):
-        return 0
+        text = path.read_text().strip()
+    except OSError:
+        return counts
+    if text.isdigit():
+        counts["requeues"] = int(text)
+        return counts
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        found = json.loads(text)
+        counts.update({key: int(found.get(key, 0)) for key in counts})
+    return counts
 
 
-def _write_count(path: Path, count: int) -> None:
+def _write_counts(path: Path, requeues: int, stalled: int) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{count}\n")
+        path.write_text(json.dumps({"requeues": requeues, "stalled": stalled}) + "\n")
     except OSError as err:
         logger.warning("could not count the requeue in %s (%s): max_requeues cannot stop "
                        "a loop of this job", path, err)
