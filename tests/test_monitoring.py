@@ -321,10 +321,11 @@ def test_workers_leaving_a_few_at_a_time_are_one_line_and_a_summary(caplog, monk
     few seconds) is one line for the first worker and one summary, not a line each."""
     import asyncio
 
-    from hpcfutures._dask import WorkerChanges, deaths
+    from hpcfutures._dask import WorkerChanges
     from hpcfutures._facade.roster import WorkerRoster
+    from hpcfutures._support import waves
 
-    monkeypatch.setattr(deaths, "WAVE_WINDOW", 0.2)
+    monkeypatch.setattr(waves, "WAVE_WINDOW", 0.2)
     changes = WorkerChanges()
 
     class Scheduler:

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from hpcfutures._dask import deaths as deaths_module
 from hpcfutures._dask._common import CLUSTER_TOPIC, STARTUP_TOPIC
+from hpcfutures._dask.coordinator import Coordinator
 from hpcfutures._dask.deaths import Deaths
-from hpcfutures._dask.scheduler import Coordinator
+from hpcfutures._support import waves
 
 
 # ---------------------------------------------------------------- stand-ins
@@ -185,7 +185,7 @@ def no_filter_outlives_its_test() -> Iterator[None]:
 @pytest.fixture
 def short_waves(monkeypatch: pytest.MonkeyPatch) -> float:
     """A wave window of 0.2 s instead of 1 s, for the logs' tests."""
-    monkeypatch.setattr(deaths_module, "WAVE_WINDOW", 0.2, raising=False)
+    monkeypatch.setattr(waves, "WAVE_WINDOW", 0.2)
     return 0.2
 
 
@@ -461,7 +461,7 @@ def test_a_waves_certificates_that_come_in_bursts_are_still_one_wave(lines, shor
 
 def test_a_long_wave_reports_as_it_goes_and_the_close_flushes_it(lines, short_waves,
                                                                    monkeypatch):
-    monkeypatch.setattr(deaths_module, "WAVE_REPORT_EVERY", 0.3, raising=False)
+    monkeypatch.setattr(waves, "WAVE_REPORT_EVERY", 0.3)
 
     async def scenario() -> None:
         coordinator, _ = await started()

@@ -3,7 +3,7 @@
 This package is the only place that touches ``distributed``'s objects: their
 attributes, RPCs, handlers and plug-in hooks.  The rest of hpcfutures calls
 the typed functions exported here.  One module per role or question:
-:mod:`.scheduler` (the Coordinator plug-in and the scheduler service),
+:mod:`.scheduler` (the scheduler service), :mod:`.coordinator` (its plug-in),
 :mod:`.worker` (a worker in a rank's process), :mod:`.client` (connecting,
 following the cluster, finishing), :mod:`.cluster` (what the client asks
 about the workers), :mod:`.usage` (the summary's ledger on the scheduler),
@@ -51,10 +51,11 @@ from .cluster import (
     worker_facts,
     worker_names,
 )
+from .coordinator import Coordinator
 from .deaths import death_certificate, death_certificates, lost_worker, report_death
 from .initializer import register_initializer
 from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
-from .scheduler import Coordinator, SchedulerService
+from .scheduler import SchedulerService
 from .tuning import patient_connects
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
 from .worker import WorkerService, run_worker, startup_error

@@ -19,7 +19,7 @@ FINISH_OP = "hpcfutures-finish"
 CLUSTER_TOPIC = "hpcfutures-cluster"
 #: Asks the scheduler for the workers it retired as idle (see release.py).
 RELEASED_OP = "hpcfutures_released"
-#: A worker that failed to start tells the scheduler why (see scheduler.Coordinator).
+#: A worker that failed to start tells the scheduler why (see coordinator.Coordinator).
 STARTUP_FAILED_OP = "hpcfutures_startup_failed"
 #: The client waits for the first worker, or for the reason there will be none.
 AWAIT_WORKERS_OP = "hpcfutures_await_workers"

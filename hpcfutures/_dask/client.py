@@ -10,7 +10,7 @@ import logging
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distributed import Client, Security
 from distributed.comm import registry
@@ -19,6 +19,7 @@ from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
 
 from .._errors import LauncherError
+from .._support.waves import WaveLog
 from . import tuning
 from ._common import (
     AWAIT_WORKERS_OP,
@@ -31,9 +32,6 @@ from ._common import (
     scheduler_rpc,
 )
 from .cluster import cluster_size
-
-if TYPE_CHECKING:
-    from .deaths import WaveLog
 
 logger = logging.getLogger("hpcfutures")
 
@@ -241,7 +239,6 @@ def _warn_of_startup_failures(client: Client, failures: list[str]) -> None:
     One line for one failure; when many workers fail together (a node without the
     environment, a site's limit), the first line and then one summary, counted by
     cause (WaveLog), not a line per worker."""
-    from .deaths import WaveLog  # deaths imports this module
 
     warned = _WARNED.setdefault(client, set())
     wave = _WAVES.get(client)

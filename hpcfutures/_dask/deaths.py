@@ -25,7 +25,7 @@ import logging
 import re
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from distributed import Client, Scheduler
@@ -33,6 +33,7 @@ from distributed.comm.core import connect
 from distributed.core import send_recv
 from distributed.scheduler import KilledWorker
 
+from .._support.waves import WaveLog, count_causes
 from ._common import make_security, scheduler_rpc
 from .client import Knock, listening
 
@@ -53,11 +54,6 @@ _DASK_GAVE_UP = "marked as failed because"
 NAMED_DEATHS = 5
 #: The cause of death of a worker whose certificate never came.
 LOST = "lost"
-#: Events of a kind (deaths, failed starts) that come within this many seconds
-#: of the one before belong to one wave, logged as one line (see WaveLog) ...
-WAVE_WINDOW = 1.0
-#: ... and a wave that goes on logs its summary at least this often.
-WAVE_REPORT_EVERY = 10.0
 #: Seconds after a worker left without a certificate during which certificates still
 #: belong to its wave, however far apart they come: a scheduler busy with a map takes
 #: a large wave's reports in bursts (over 23 s at 2,000 workers, three waves' lines).
@@ -286,114 +282,6 @@ def cause(certificate: Mapping[str, Any]) -> str:
     return (f"exited with status {certificate.get('status')}" if how == "exit" else
             f"killed by {certificate.get('signal')}" if how == "signal" else
             "killed from outside (SIGKILL, the OOM killer?)")
-
-
-def count_causes(causes: Mapping[str, int], most: int = 4) -> str:
-    """``990 lost, 5 killed by SIGKILL``: the commonest causes first, at most ``most``
-    of them named (a message about 10,000 workers stays one short line)."""
-    ranked = sorted(((n, why) for why, n in causes.items() if n > 0),
-                    key=lambda item: (-item[0], item[1]))
-    words = [f"{n} {why}" for n, why in ranked[:most]]
-    other = sum(n for n, _ in ranked[most:])
-    if other:
-        words.append(f"{other} for {len(ranked) - most} other reason(s)")
-    return ", ".join(words)
-
-
-class WaveLog:
-    """Log one line for an isolated event, one summary line for a wave of them.
-
-    A rack that loses power takes hundreds of workers with it; a line per
-    worker on the scheduler's console buries the one line that says what
-    happened (the client reports the consequences).  The first event logs
-    its line at WARNING at once, as an isolated one always did; the events
-    that follow it within ``WAVE_WINDOW`` s of each other are counted by
-    cause and logged together as one WARNING line once the wave is over (or
-    every ``WAVE_REPORT_EVERY`` s while it goes on): "N more workers died
-    within X s: <counts by cause>; the first few: ...".  Each folded event's
-    own line still goes to the log at INFO (a rank's log file keeps them).
-
-    Without a running event loop (nothing could log the summary later) every
-    line is logged at once.
-    """
-
-    def __init__(self, log: logging.Logger, one: str, many: str, examples: int = 3,
-                 expecting: Callable[[], bool] = lambda: False) -> None:
-        self.log, self.one, self.many, self.examples = log, one, many, examples
-        #: Whether more of the wave is known to be on its way: it stays open meanwhile.
-        self.expecting = expecting
-        self.window, self.report_every = WAVE_WINDOW, WAVE_REPORT_EVERY
-        #: When the wave's first event (logged at once) and its latest came; None: no wave.
-        self._opened: float | None = None
-        self._latest = 0.0
-        #: The events held for the summary: their count, causes, first lines, first time.
-        self._held = 0
-        self._causes: collections.Counter[str] = collections.Counter()
-        self._lines: list[str] = []
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, line: str, why: str) -> None:
-        now = time.monotonic()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None or self._opened is None or (
-                now - self._latest > self.window and not self.expecting()):
-            self.flush()
-            self.log.warning("%s", line)
-            if loop is not None:
-                self._opened = self._latest = now
-                self._timer = loop.call_later(self.window, self._check)
-            return
-        self.log.info("%s", line)
-        self._latest = now
-        self._held += 1
-        self._causes[why] += 1
-        if len(self._lines) < self.examples:
-            self._lines.append(line)
-
-    def _check(self) -> None:
-        """Log the held summary once the wave is quiet (or has gone on long enough)."""
-        self._timer = None
-        if self._opened is None:
-            return
-        now = time.monotonic()
-        quiet = now - self._latest >= self.window and not self.expecting()
-        if quiet or now - self._opened >= self.report_every:
-            self._report()
-        if quiet:
-            self._opened = None
-            return
-        due = min(self._latest + self.window, self._opened + self.report_every)
-        if due <= now:  # quiet, but more is expected: look again in a window's time
-            due = now + self.window
-        self._timer = asyncio.get_running_loop().call_later(due - now, self._check)
-
-    def _report(self) -> None:
-        if not self._held:
-            return
-        assert self._opened is not None
-        what = self.one if self._held == 1 else self.many
-        spread = f"{self._held} more {what} within {self._latest - self._opened:.1f} s"
-        if self._held <= self.examples:
-            self.log.warning("%s: %s", spread, "; ".join(self._lines))
-        else:
-            self.log.warning("%s: %s; the first few: %s", spread, count_causes(self._causes),
-                             "; ".join(self._lines))
-        self._held = 0
-        self._causes.clear()
-        self._lines.clear()
-        self._opened = time.monotonic()  # the next summary counts from here
-
-    def flush(self) -> None:
-        """Log what is held now and end the wave (the next event is logged at once)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._opened is not None:
-            self._report()
-        self._opened = None
 
 
 class _LateHeartbeats(logging.Filter):

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._support.waves import WaveLog
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -42,8 +44,6 @@ class WorkerRoster:
         self._next = 0
         #: name -> (who, where to look); the client side knows how ranks name their logs.
         self.pointer: Callable[[str], tuple[str, str]] = _by_name
-        from .._dask.deaths import WaveLog  # (logging only: no Dask object is touched)
-
         #: Departures a few at a time, as a wave spread over several questions brings
         #: them: one line for the first, one summary for those that follow it soon.
         self._departures = WaveLog(logger, "worker left the launch before the end",
