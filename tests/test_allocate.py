@@ -35,10 +35,10 @@ import hpcfutures
 from hpcfutures._cli import main as cli
 from hpcfutures._facade import allocate as allocate_module
 from hpcfutures._facade.allocate import adaptive_target
+from hpcfutures.launchers._batchfind import get_batch_system
 from hpcfutures.launchers._batchscript import (
     JobState,
     Request,
-    get_batch_system,
     memory_megabytes,
     parse_walltime,
 )
@@ -118,7 +118,7 @@ def _fake_qsub(folder: Path, says: str) -> Path:
 def test_pbs_and_grid_engine_qsubs_are_told_apart(tmp_path, monkeypatch):
     """Both on PATH, in either order: each system uses its own qsub (and qstat, qdel)."""
     from hpcfutures._errors import AllocationError
-    from hpcfutures.launchers._batchscript import detect_batch_system
+    from hpcfutures.launchers._batchfind import detect_batch_system
     from hpcfutures.launchers._qsub import find_qsubs
 
     pbs = _fake_qsub(tmp_path / "pbs", "pbs_version = 23.06.06")

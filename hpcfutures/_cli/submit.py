@@ -87,13 +87,8 @@ def submit(args: argparse.Namespace) -> int:
 def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
     from .._facade.allocate import Allocation
     from .._launch.outside import expand_path
-    from ..launchers._batchscript import (
-        Request,
-        detect_batch_system,
-        get_batch_system,
-        memory_megabytes,
-        parse_walltime,
-    )
+    from ..launchers._batchfind import detect_batch_system, get_batch_system
+    from ..launchers._batchscript import Request, memory_megabytes, parse_walltime
 
     tasks = args.ntasks or args.nodes
     if args.nodes < 1 or tasks % args.nodes:

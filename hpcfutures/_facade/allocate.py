@@ -35,12 +35,11 @@ from .._errors import AllocationLostError, NotServingError, QueueTimeoutError, S
 from .._launch.outside import expand_path, serving_info, stop_launch
 from .._support.backoff import Backoff
 from .._support.options import to_seconds
+from ..launchers._batchfind import detect_batch_system, get_batch_system
 from ..launchers._batchscript import (
     BatchSystem,
     JobState,
     Request,
-    detect_batch_system,
-    get_batch_system,
     memory_megabytes,
     parse_walltime,
 )

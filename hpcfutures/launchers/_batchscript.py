@@ -16,108 +16,40 @@ script records its command's exit status in a file beside its output, so
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import os
 import pwd
 import re
 import shlex
-import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from .._errors import AllocationError
 from ._batchenv import COMMAND_TIMEOUT
-from ._qsub import find_qsubs
+from ._request import Request, format_hms, memory_megabytes, parse_walltime
 
 logger = logging.getLogger("hpcfutures")
 
-__all__ = ["BATCH_SYSTEMS", "BatchSystem", "JobState", "Request", "detect_batch_system",
-           "format_hms", "get_batch_system", "memory_megabytes", "parse_walltime"]
+__all__ = [
+    "LSF",
+    "PBS",
+    "BatchSystem",
+    "GridEngine",
+    "JobState",
+    "Request",
+    "Slurm",
+    "format_hms",
+    "memory_megabytes",
+    "parse_walltime",
+]
 
 
 class JobState(enum.Enum):
     PENDING = "pending"
     RUNNING = "running"
     GONE = "gone"        # finished, cancelled, or never known
-
-
-# ------------------------------------------------------------------ values
-def parse_walltime(value: float | int | str | None) -> int | None:
-    """Seconds from ``"[D-]HH:MM:SS"``, ``"MM:SS"`` (as Slurm reads it), seconds, or "90min"."""
-    if value is None:
-        return None
-    if isinstance(value, str) and ":" in value:
-        match = re.fullmatch(r"\s*(?:(\d+)-)?(?:(\d+):)?(\d+):(\d{1,2})\s*", value)
-        if match is None:
-            raise ValueError(f"time: expected [D-]HH:MM:SS or MM:SS, got {value!r}")
-        days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-        total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    else:
-        from .._support.options import to_seconds
-
-        try:
-            total = round(to_seconds(value))
-        except ValueError as err:
-            raise ValueError(f"time: {err}") from None
-    if total <= 0:
-        raise ValueError(f"time must be greater than 0, got {value!r}")
-    return total
-
-
-def format_hms(seconds: int) -> str:
-    """``HH:MM:SS`` (hours may exceed 24), as Grid Engine and PBS read it."""
-    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-_UNITS = {"": 1 / 2**20, "b": 1 / 2**20, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
-          "g": 1024, "gb": 1024, "t": 2**20, "tb": 2**20}
-
-
-def memory_megabytes(value: int | str | None) -> int | None:
-    """Megabytes (MiB) from bytes or a size such as ``"4GB"``, ``"500M"``, ``"16G"``."""
-    if value is None:
-        return None
-    if isinstance(value, int):
-        text = str(value)
-    else:
-        text = str(value).strip().lower().replace("i", "")
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?b?)", text)
-    if match is None or float(match[1]) <= 0:
-        raise ValueError(f"memory: expected a size such as '4GB' or '500MB', got {value!r}")
-    return max(1, round(float(match[1]) * _UNITS[match[2]]))
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """What to ask the batch system for, in its own words nowhere: every system reads it."""
-
-    nodes: int = 1
-    tasks_per_node: int = 1
-    time: int | None = None             # seconds
-    partition: str | None = None         # Slurm partition; Grid Engine, PBS, LSF queue
-    account: str | None = None
-    memory: int | None = None            # MiB per node
-    gpus: int | None = None              # per node
-    name: str = "hpcfutures"
-    output: str | None = None            # the job's output file (stdout and stderr)
-    directives: tuple[str, ...] = ()     # lines passed through unchanged
-    array: int | None = None             # a job array of this many elements
-    parallel_environment: str | None = None  # Grid Engine only
-    workdir: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("nodes", "tasks_per_node", "gpus", "array"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < (0 if name == "gpus" else 1)):
-                raise ValueError(f"{name} must be a whole number greater than 0, got {value!r}")
-
-    @property
-    def tasks(self) -> int:
-        return self.nodes * self.tasks_per_node
 
 
 # ------------------------------------------------------------------ systems
@@ -131,18 +63,19 @@ class BatchSystem:
     #: What starts each directive line: "#SBATCH".
     prefix: ClassVar[str]
 
-    def __init__(self, bin_dir: str | None = None) -> None:
+    def __init__(self, bin_dir: str | None = None,
+                 locate: Callable[[BatchSystem], str | None] | None = None) -> None:
         #: Where its commands are, when not the first of their name on PATH (PBS's
-        #: qsub behind Grid Engine's: see _qsub.py); None: as PATH finds them.
+        #: qsub behind Grid Engine's: see _batchfind.py); None: as PATH finds them.
         self.bin_dir = bin_dir
-        self._located = bin_dir is not None or self.probe != "qsub"
+        #: Finds ``bin_dir`` at the first command (not to write a script); may raise.
+        self._locate = locate if bin_dir is None and self.probe == "qsub" else None
 
     def tool(self, name: str) -> str:
         """The command ``name`` of this system: its path when its ``qsub`` is not the
-        first on PATH (looked for at the first command, not to write a script)."""
-        if not self._located:
-            self.bin_dir = _own_qsub_dir(self)
-            self._located = True
+        first on PATH."""
+        if self._locate is not None:
+            self.bin_dir, self._locate = self._locate(self), None
         return os.path.join(self.bin_dir, name) if self.bin_dir else name
 
     # --- the script
@@ -426,75 +359,6 @@ class LSF(BatchSystem):
 
     def cancel_command(self, job: str) -> list[str]:
         return ["bkill", job]
-
-
-BATCH_SYSTEMS: dict[str, type[BatchSystem]] = {
-    "slurm": Slurm, "sge": GridEngine, "pbs": PBS, "lsf": LSF}
-
-
-def get_batch_system(name: str) -> BatchSystem:
-    try:
-        return BATCH_SYSTEMS[name.lower()]()
-    except KeyError:
-        raise ValueError(f"batch_system must be one of {', '.join(BATCH_SYSTEMS)}, "
-                         f"got {name!r}") from None
-
-
-def _own_qsub_dir(system: BatchSystem, environ: Mapping[str, str] | None = None) -> str | None:
-    """The folder of the first ``qsub`` on PATH that is ``system``'s (PBS and Grid Engine
-    share the name: see _qsub.py); None to leave it to PATH (none would say whose it is)."""
-    qsubs = find_qsubs(environ)
-    for path, flavour in qsubs:
-        if flavour == system.name:
-            return os.path.dirname(path)
-    if not qsubs or any(flavour is None for _, flavour in qsubs):
-        return None
-    hint = "often /opt/pbs/bin" if system.name == "pbs" else "$SGE_ROOT/bin/<arch>"
-    raise AllocationError(
-        f"batch_system={system.name!r}, but no qsub on PATH is {system.title}'s: "
-        f"{_found_here(environ)}. Put {system.title}'s bin directory on PATH ({hint}).")
-
-
-def detect_batch_system(environ: Mapping[str, str] | None = None) -> BatchSystem:
-    """The batch system whose commands are here: sbatch, bsub, then qsub (PBS or Grid
-    Engine, as that qsub says).  Where several are, the first of that order is used
-    (pass ``batch_system=`` for another); the log names them all."""
-    environ = os.environ if environ is None else environ
-    found = _systems_here(environ)
-    if not found:
-        raise AllocationError(
-            "no batch system found on this machine (none of sbatch, qsub, bsub is on PATH): "
-            "run this on the cluster's login node, or pass batch_system= with its commands "
-            "on PATH")
-    chosen = found[0][1]
-    if len(found) > 1:
-        logger.info("several batch systems here (%s): using %s; batch_system= picks another",
-                    _found_here(environ), chosen.title)
-    return chosen
-
-
-def _systems_here(environ: Mapping[str, str]) -> list[tuple[str, BatchSystem]]:
-    """(where, system) for each batch system whose commands are on PATH, in order of use."""
-    path = environ.get("PATH")
-    found: list[tuple[str, BatchSystem]] = []
-    for kind in (Slurm, LSF):
-        where = shutil.which(kind.probe, path=path)
-        if where:
-            found.append((where, kind()))
-    for where, flavour in find_qsubs(environ):
-        if flavour is None:  # it would not say: Grid Engine's tools beside it tell
-            flavour = "sge" if environ.get("SGE_ROOT") or shutil.which("qconf", path=path) \
-                else "pbs"
-        if all(other.name != flavour for _, other in found):
-            found.append((where, BATCH_SYSTEMS[flavour](bin_dir=os.path.dirname(where))))
-    return found
-
-
-def _found_here(environ: Mapping[str, str] | None) -> str:
-    found = _systems_here(os.environ if environ is None else environ)
-    if not found:
-        return "found none of sbatch, bsub, qsub on PATH"
-    return "found " + ", ".join(f"{system.title} ({where})" for where, system in found)
 
 
 def _user() -> str:
