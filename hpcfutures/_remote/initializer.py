@@ -21,6 +21,7 @@ from typing import Any
 import cloudpickle
 
 from .._errors import BrokenHPCExecutor, SerializationError
+from .tracebacks import _annotate, restore_traceback
 
 __all__ = [
     "failure_report", "pack_initializer", "refuse_if_failed", "restore_failure",
@@ -53,8 +54,6 @@ def run_initializer(payload: bytes) -> bytes | None:
         initializer, initargs = cloudpickle.loads(payload)
         initializer(*initargs)
     except (Exception, SystemExit) as err:
-        from .calls import _annotate  # calls imports this module
-
         _failure = _annotate(err)
         return failure_report()
     return None
@@ -75,8 +74,6 @@ def refuse_if_failed() -> None:
 
 def restore_failure(report: bytes) -> BaseException:
     """On the client: the initializer's exception, with the worker's traceback as cause."""
-    from .calls import restore_traceback
-
     try:
         error = cloudpickle.loads(report)
     except Exception as err:  # e.g. its class cannot be imported here

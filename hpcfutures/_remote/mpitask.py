@@ -30,7 +30,8 @@ from typing import Any
 import cloudpickle
 
 from .._support.mpi import group_communicator, meet
-from .calls import _TRACEBACK_ATTR, BundleOutcome, run_task
+from .calls import BundleOutcome, run_task
+from .tracebacks import _TRACEBACK_ATTR
 
 __all__ = ["raised_by_the_call", "run_members"]
 
