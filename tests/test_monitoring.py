@@ -160,7 +160,7 @@ def test_dashboard_line_gives_the_url_and_a_tunnel():
 
 
 def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
-    from hpcfutures._cli.run import _failure_pointer
+    from hpcfutures._cli.verdict import failure_pointer as _failure_pointer
 
     environ = {"HPCFUTURES_LOG_DIR": str(tmp_path)}
     log = tmp_path / "run-abc" / "rank-2-worker.log"
@@ -175,7 +175,7 @@ def test_run_pointer_names_the_log_file_only_when_there_is_one(tmp_path):
 
 
 def test_run_blames_the_client_not_the_ranks_that_followed_its_verdict():
-    from hpcfutures._cli.run import _failed_first
+    from hpcfutures._cli.verdict import failed_first as _failed_first
 
     # the client (rank 1) raised: the others left with its status 1, some before it
     assert _failed_first([2, 0, 3, 1], [1, 1, 1, 1], client=1, ended_by_us=set()) == 1

@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import functools
 import gc
-import json
 import os
 import resource
 import secrets
@@ -30,11 +29,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .._support.config import resolve_option
 from .._support.limits import OpenFiles, raise_open_files_limit
-from .._support.logs import where_to_read
 from .._support.patience import Patience
 from ..launchers._identity import client_rank, minimum_size
 from ..launchers.run import (
@@ -43,9 +41,17 @@ from ..launchers.run import (
     SIZE_VAR,
     TAGGED_VAR,
     TERMINAL_VAR,
-    launch_id_of,
 )
 from .relay import Relay
+from .verdict import (
+    death_note,
+    death_notes_folder,
+    failed_first,
+    failure_pointer,
+    killed_by_a_call,
+    launch_status,
+    role_of,
+)
 
 __all__ = ["run"]
 
@@ -72,39 +78,6 @@ def _client_rank(size: int, environ: Mapping[str, str]) -> int:
     if size < minimum_size(False):
         colocated = True
     return client_rank(colocated)
-
-
-def _role_of(rank: int, size: int, client: int) -> str:
-    """The role rank ``rank`` plays (as in _roles.assign_role), for messages and log names."""
-    if size == 1:
-        return "standalone"
-    if rank == client:
-        return "client"
-    return "scheduler" if rank == 0 else "worker"
-
-
-def _how_it_ended(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
-def _failure_pointer(first: int, code: int, size: int, client: int, token: str,
-                     environ: Mapping[str, str], role: str | None = None,
-                     launch_failed: bool = True) -> str:
-    """One line naming the copy that failed first and where to read what it said.
-
-    In a launch that ended well, the copy is a worker that a call killed (the
-    client was told, caught it, and ended with 0): still worth a pointer."""
-    role = role or _role_of(first, size, client)
-    where = where_to_read(first, role, launch_id_of(token), environ)
-    if not launch_failed:
-        return (f"hpcfutures run: rank {first} ({role}) was killed by a call, "
-                f"{_how_it_ended(code)}; the client carried on and ended well; {where}")
-    return f"hpcfutures run: rank {first} ({role}) failed first, {_how_it_ended(code)}; {where}"
 
 
 def run(size: int, command: Sequence[str], *, grace: float | None = None,
@@ -138,7 +111,7 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
     # long enough for a signal to arrive before the supervisor could forward it.
     client = _client_rank(size, environ)
     processes: list[subprocess.Popen[bytes]] = []
-    relay = Relay([_role_of(rank, size, client) for rank in range(size)])
+    relay = Relay([role_of(rank, size, client) for rank in range(size)])
     shared = {**environ, TAGGED_VAR: "1", **_terminal_vars(environ)}
 
     def start_copies() -> int | None:
@@ -159,14 +132,14 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
             relay.follow(rank, processes[-1].stdout, processes[-1].stderr)
         return None
 
-    notes = _death_notes(launch_id)
+    notes = death_notes_folder(launch_id)
     try:
         status, first = _supervise(processes, start_copies, client, grace, notes)
         relay.drain()
         if first is not None:
-            print(_failure_pointer(first, processes[first].returncode, size, client, launch_id,
+            print(failure_pointer(first, processes[first].returncode, size, client, launch_id,
                                    environ, relay.role(first), launch_failed=status != 0)
-                  + _death_note(notes, first),
+                  + death_note(notes, first),
                   file=sys.stderr, flush=True)
     finally:
         if notes is not None:
@@ -192,41 +165,6 @@ def _terminal_vars(environ: Mapping[str, str]) -> dict[str, str]:
         if sys.stderr.isatty():
             extra[TERMINAL_VAR] = "1"
     return extra
-
-
-def _death_notes(token: str) -> str | None:
-    """A private folder where a worker's watcher notes what the worker died of."""
-    from .._remote.watcher import death_notes
-
-    folder = death_notes(token)  # as the copies see it (HPCFUTURES_LAUNCH_ID)
-    try:
-        os.makedirs(os.path.dirname(folder), mode=0o700, exist_ok=True)
-        os.mkdir(folder, mode=0o700)
-    except OSError:
-        return None
-    return folder
-
-
-def _death_note(notes: str | None, rank: int) -> str:
-    """``; it exited with status 3 running job.crash ...``, if the rank's watcher said so."""
-    text = _read_note(notes, rank).get("text", "")
-    return f"; {text}" if text else ""
-
-
-def _killed_by_a_call(notes: str | None, ranks: int) -> set[int]:
-    """The copies whose watcher said that a call killed them (the client was told)."""
-    return {rank for rank in range(ranks) if _read_note(notes, rank).get("by_a_call")}
-
-
-def _read_note(notes: str | None, rank: int) -> dict:
-    if notes is None:
-        return {}
-    try:
-        with open(os.path.join(notes, str(rank))) as note:
-            found = json.load(note)
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[[], int | None],
@@ -359,8 +297,8 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
         next_deadline = None if killed else kill_at or grace_ends
         changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
     exit_codes = [process.wait() for process in processes]  # all have ended: no wait
-    excused = _killed_by_a_call(notes, len(processes))
-    status = _launch_status(exit_codes, client, excused)
+    excused = killed_by_a_call(notes, len(processes))
+    status = launch_status(exit_codes, client, excused)
     # A failure the user caused (Ctrl-C, scancel) or that we caused (ending
     # stragglers) needs no pointer; the first copy that failed on its own does,
     # and so does, in a launch that ended well, a worker that a call killed.
@@ -369,43 +307,5 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
     elif status == 0:
         first = next((rank for rank in exits.order if rank in excused), None)
     else:
-        first = _failed_first(exits.order, exit_codes, client, ended_by_us)
+        first = failed_first(exits.order, exit_codes, client, ended_by_us)
     return status, first
-
-
-def _failed_first(order: list[int], codes: list[int], client: int,
-                  ended_by_us: set[int]) -> int | None:
-    """The copy that failed first on its own, from ``order`` (the order they ended in).
-
-    When the client fails, the scheduler passes its exit status to every other
-    rank, and they leave with it, often before the client itself (which is still
-    printing its traceback and closing).  A copy that ends with the client's
-    failing status followed that verdict: it did not fail on its own, and the
-    client is named instead, unless another copy had failed differently before.
-    """
-    verdict = codes[client] if codes[client] != 0 else None
-    for rank in order:
-        if codes[rank] == 0 or rank in ended_by_us:
-            continue
-        if rank != client and codes[rank] == verdict:
-            continue  # followed the client's verdict
-        return rank
-    return None
-
-
-def _launch_status(codes: list[int], client: int, excused: Collection[int] = ()) -> int:
-    """The client's status, else the first other failure (signals as 128+N).
-
-    A worker copy that a call killed (``excused``) is no failure of the launch: the
-    client got a WorkerCrashError for that call and decided what to make of it (a
-    script that catches it and ends well ends the launch with 0).
-    """
-    def normal(code: int) -> int:
-        return 128 - code if code < 0 else code
-
-    if codes[client] != 0:
-        return normal(codes[client])
-    for rank, code in enumerate(codes):
-        if code != 0 and rank not in excused:
-            return normal(code)
-    return 0
