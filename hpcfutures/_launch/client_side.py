@@ -13,14 +13,13 @@ on the same loop thread, and on the laptop the workers are child processes.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import functools
 import logging
 import re
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from .._errors import HPCFuturesError, StartupTimeoutError
@@ -43,6 +42,7 @@ from .lookup import find_scheduler
 from .plan import Plan, bind_address
 from .roles import Role
 from .scheduler_side import start_scheduler
+from .verdict_line import verdict_after_traceback
 
 __all__ = ["BridgeFactory", "ClientBridge", "ClientSide"]
 
@@ -350,7 +350,7 @@ class ClientSide:
         # never confirm the close, so do not wait for that.
         signalled = status in (130, 143) or (
             self.bridge is not None and self.bridge.stopped_by_signal)  # Ctrl-C, SIGTERM
-        with _verdict_after_traceback(status != 0 and self.plan.role is Role.STANDALONE):
+        with verdict_after_traceback(status != 0 and self.plan.role is Role.STANDALONE):
             with contextlib.suppress(Exception):
                 if self.client is not None:
                     goodbye = 1.0 if signalled else self.patience.ask_timeout
@@ -368,52 +368,6 @@ class ClientSide:
             self.local_workers.stop()
         loop.stop()
         self.loop = None
-
-
-class _HeldVerdict(logging.Filter):
-    """Keeps back the scheduler's "ending the launch with status N" line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith("ending the launch"):
-            self.records.append(record)
-            return False
-        return True
-
-
-@contextlib.contextmanager
-def _verdict_after_traceback(hold: bool) -> Iterator[None]:
-    """On the laptop, the scheduler's verdict comes after the user's traceback.
-
-    The scheduler runs in the client's process there: it logs why the launch
-    ends while the user's exception is still on its way out of the ``with``
-    block, so its line would come before the traceback that explains it.  It
-    is logged at interpreter exit instead, after Python printed the traceback,
-    and only if the exception did end the program: a script (or a notebook, a
-    test run) that caught it carries on, and the line would then be false news.
-    """
-    if not hold:
-        yield
-        return
-    held = _HeldVerdict()
-    logger.addFilter(held)
-    try:
-        yield
-    finally:
-        logger.removeFilter(held)
-        if held.records:
-            atexit.register(_log_records, held.records)
-
-
-def _log_records(records: list[logging.LogRecord]) -> None:
-    # Python sets sys.last_value when it prints an uncaught exception at exit.
-    if getattr(sys, "last_value", None) is None:
-        return
-    for record in records:
-        logger.handle(record)
 
 
 def _worker_pointer(launch_id: str, log_dir: str | None, name: str) -> tuple[str, str]:
