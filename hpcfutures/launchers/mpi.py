@@ -20,6 +20,7 @@ How the launch ends::
                        (an uncaught exception: 1) is the job's
     a call killed      client: MPI_Abort(that rank's status): the dead rank cannot
       a worker rank    finalize; others: wait for that abort (deadline), else abort
+    Ctrl-C, SIGTERM    client: MPI_Abort(130 or 143): MPI's runtime is ending the job
     uncaught exception MPI_Abort on that rank (see _mpi.py) while MPI is still
       (not finalized)  initialised: nobody waits forever
 
@@ -34,6 +35,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Mapping, MutableMapping
 
 from .._errors import LauncherError, StartupTimeoutError
@@ -241,6 +243,12 @@ class MPILauncher(Launcher):
         if crashed is not None:
             _report_crash(identity, crashed)
             _mpi.abort(crashed)
+        if exit_status in STOPPED_BY_SIGNAL:
+            # Ctrl-C or SIGTERM reached the whole job (mpiexec forwards it to every
+            # rank) and MPI's runtime is taking it down: a barrier then never
+            # completes (seen under MPICH: every rank waited out its deadline).
+            _report_stop(identity, exit_status)
+            _mpi.abort(exit_status)
         if not self.settings.exit_when_done:
             return  # every rank carries on; mpi4py finalizes at exit
         if not _mpi.finalize_together(self.settings.timeout):
@@ -256,6 +264,19 @@ class MPILauncher(Launcher):
         logger.error("rank %d: the client neither finished nor aborted the job within %g s; "
                      "aborting it", identity.rank, grace)
         _mpi.abort(exit_status or 1)
+
+
+#: The client's statuses after Ctrl-C (KeyboardInterrupt) and SIGTERM (SystemExit(143)).
+STOPPED_BY_SIGNAL = (130, 143)
+
+
+def _report_stop(identity: Identity, exit_status: int) -> None:
+    """Print the client's traceback now: MPI_Abort ends the process before Python would."""
+    exc = sys.exc_info()[1]
+    if exc is not None and not isinstance(exc, SystemExit):
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    print(f"hpcfutures: the launch was stopped by a signal (the client's exit status "
+          f"{exit_status}): aborting the MPI job (MPI_Abort)", file=sys.stderr, flush=True)
 
 
 def _report_crash(identity: Identity, crashed: int) -> None:
