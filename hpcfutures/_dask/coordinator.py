@@ -205,18 +205,18 @@ class Coordinator(SchedulerPlugin):
         in every such worker: dozens of lines when 150 start on one node): one line, and
         a summary line for a wave of them."""
         state = scheduler.workers.get(worker)
-        said = getattr(state, "extra", {}).get(SCRATCH_KEY) if state is not None else None
+        extra = getattr(state, "extra", None) or {}
+        said = extra.get(SCRATCH_KEY)
         if not isinstance(said, dict):
             return
         where = str(said.get("directory"))
-        host = getattr(state, "extra", {}).get(HOST_KEY)
-        who = f"{getattr(state, 'name', worker)}" + (f" on {host}" if host else "")
+        on = f" on {extra[HOST_KEY]}" if extra.get(HOST_KEY) else ""
         self._scratch_log.add(
-            f"{who} took {float(said.get('seconds', 0)):.1f} s to create its scratch directory "
-            f"in {where} (many workers starting at once on one node queue on its lock files, "
-            "or it is on a network file system: DASK_TEMPORARY_DIRECTORY=<a local disk> "
-            "moves it)",
-            f"in {where}" + (f" on {host}" if host else ""))
+            f"{getattr(state, 'name', worker)}{on} took {float(said.get('seconds', 0)):.1f} s "
+            f"to create its scratch directory in {where} (many workers starting at once on "
+            "one node queue on its lock files, or it is on a network file system: "
+            "DASK_TEMPORARY_DIRECTORY=<a local disk> moves it)",
+            f"in {where}{on}")
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         # Dask may call this before or after it drops the worker from

@@ -37,7 +37,6 @@ from .._support.signals import StopSignals
 from ..launchers import SchedulerInfo
 from ..launchers._identity import SCHEDULER_RANK, minimum_size
 from ..launchers.local import available_cores
-from ..launchers.run import RunLauncher
 from .lookup import find_scheduler
 from .plan import Plan, bind_address
 from .roles import Role
@@ -333,7 +332,7 @@ class ClientSide:
         crashed = self.bridge.crash_status if self.bridge is not None else None
         if crashed is None or self.plan.role is Role.STANDALONE:
             return None
-        if self.plan.launcher.name != RunLauncher.name:
+        if self.plan.launcher.reports_every_rank:
             logger.warning("a call killed a worker rank (exit status %d) during this launch: "
                            "the launcher (%s) reports every rank's status, so the launch "
                            "ends with it", crashed, self.plan.launcher.name)

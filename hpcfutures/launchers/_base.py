@@ -43,6 +43,10 @@ class Launcher(abc.ABC):
     """
 
     name: ClassVar[str]
+    #: Whether the launcher's own status reports every rank's (srun returns the highest
+    #: of its tasks'): then a worker rank that a call killed decides it, whatever the
+    #: client does.  ``hpcfutures run`` returns the client's.
+    reports_every_rank: ClassVar[bool] = True
 
     def __init__(self, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings

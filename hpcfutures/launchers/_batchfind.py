@@ -64,7 +64,7 @@ def detect_batch_system(environ: Mapping[str, str] | None = None) -> BatchSystem
     chosen = found[0][1]
     if len(found) > 1:
         logger.info("several batch systems here (%s): using %s; batch_system= picks another",
-                    _found_here(environ), chosen.title)
+                    _describe(found), chosen.title)
     return chosen
 
 
@@ -86,7 +86,10 @@ def _systems_here(environ: Mapping[str, str]) -> list[tuple[str, BatchSystem]]:
 
 
 def _found_here(environ: Mapping[str, str] | None) -> str:
-    found = _systems_here(os.environ if environ is None else environ)
+    return _describe(_systems_here(os.environ if environ is None else environ))
+
+
+def _describe(found: list[tuple[str, BatchSystem]]) -> str:
     if not found:
         return "found none of sbatch, bsub, qsub on PATH"
     return "found " + ", ".join(f"{system.title} ({where})" for where, system in found)

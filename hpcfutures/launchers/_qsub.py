@@ -19,10 +19,8 @@ import os
 import subprocess
 from collections.abc import Mapping
 
-__all__ = ["QSUB_FLAVOURS", "find_qsubs", "qsub_flavour"]
+__all__ = ["find_qsubs", "qsub_flavour"]
 
-#: What each flavour is called in messages.
-QSUB_FLAVOURS = {"pbs": "PBS", "sge": "Grid Engine"}
 #: Seconds a ``qsub`` may take to say who it is.
 ASK_TIMEOUT = 10.0
 #: First words of ``qstat -help`` in the Grid Engine family.

@@ -113,15 +113,10 @@ def requeue_job(cap: int, then: str = "", environ: Mapping[str, str] | None = No
                                      "or LSF batch job (requeue=True needs one)")
     counter = _counter(job, home or Path.home() / ".hpcfutures")
     known = _read_counts(counter)
-    done = job.count if job.count is not None else known["requeues"]
-    stalled = known["stalled"]
-    for name, value in ((REQUEUES_VAR, done), (STALLED_VAR, stalled)):
-        carried = environ.get(name, "").strip()  # a PBS job resubmitted by an earlier run
-        if carried.isdigit():
-            if name == REQUEUES_VAR:
-                done = max(value, int(carried))
-            else:
-                stalled = max(value, int(carried))
+    # A PBS job resubmitted by an earlier run carries its counts in its environment.
+    done = max(job.count if job.count is not None else known["requeues"],
+               _carried(environ, REQUEUES_VAR))
+    stalled = max(known["stalled"], _carried(environ, STALLED_VAR))
     stalled = 0 if added else stalled + 1
     if stalled > cap:
         return RequeueOutcome(False, f"not requeued: {job.system} job {job.job} recorded no "
@@ -170,6 +165,11 @@ def _ceiling(job: _Job, run: Any) -> tuple[str, int] | None:
     return ("Slurm's MaxBatchRequeue", int(found[1])) if found else None
 
 
+def _carried(environ: Mapping[str, str], name: str) -> int:
+    value = environ.get(name, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
 #: Requeues so far of a PBS job resubmitted with qsub (which gives it a new job id).
 REQUEUES_VAR = "HPCFUTURES_REQUEUES"
 #: Its runs in a row that recorded no new result, likewise.
@@ -185,7 +185,8 @@ def _requeue_pbs(job: _Job, done: int, stalled: int, progress: str, then: str,
     """
     attempt = f"requeue {done + 1}; {progress}"
     logger.warning("requeueing PBS job %s (%s)%s", job.job, attempt, f": {then}" if then else "")
-    if run(("qrerun", job.job), f"rerun PBS job {job.job}", level=logging.DEBUG) is not None:
+    assert job.command is not None  # qrerun
+    if run(job.command, f"rerun PBS job {job.job}", level=logging.DEBUG) is not None:
         _write_counts(counter, done + 1, stalled)
         return RequeueOutcome(True, f"requeued PBS job {job.job} ('qrerun {job.job}'; "
                                     f"{attempt})")

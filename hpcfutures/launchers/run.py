@@ -65,6 +65,7 @@ class RunLauncher(Launcher):
     """N copies on this machine, started by ``hpcfutures run``."""
 
     name = "run"
+    reports_every_rank = False  # its status is the client's (see _cli/verdict.py)
 
     def address_exchange(self, identity: Identity) -> AddressExchange:
         """A scheduler file that ends as a tombstone: a copy that is still starting
