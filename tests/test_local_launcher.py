@@ -188,6 +188,22 @@ def test_run_reports_a_failed_copy_and_ends_stragglers():
     assert "still running" in job.stderr
 
 
+@pytest.mark.timeout(90)
+def test_run_ends_a_worker_still_starting_after_the_client_without_failing_the_launch():
+    """On an oversubscribed node a short launch can end while a worker copy is still
+    importing Python: ending it after the grace loses nothing, so the launch's status
+    stays the client's (0), and the line that says so names it as still starting."""
+    code = ("import os, time, hpcfutures\n"
+            "if os.environ['HPCFUTURES_RANK'] == '3': time.sleep(120)\n"  # still starting
+            "with hpcfutures.Executor() as ex:\n"
+            "    print('SUM', sum(ex.map(abs, range(-10, 0))))\n")
+    job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "4", "--grace", "1",
+                   sys.executable, "-c", code], timeout=60)
+    assert "SUM 55" in job.stdout, job
+    assert "[3] still running" in job.stderr and "still starting" in job.stderr, job
+    assert job.returncode == 0, job
+
+
 def test_run_returns_the_client_status():
     code = "import os, sys; sys.exit(5 if os.environ['HPCFUTURES_RANK'] == '1' else 0)"
     job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "3",

@@ -167,6 +167,40 @@ def test_a_joining_worker_waits_out_a_silent_scheduler():
     assert joined and len(knocks) >= 3, knocks
 
 
+def test_a_worker_that_joined_as_the_launch_ended_is_done_not_failed():
+    """A worker that registered while the scheduler closed (the client finished a
+    short map before all 150 ranks had joined) loses its connection without a
+    verdict; the end mark the scheduler writes after its close makes that an
+    exit of 0.  A scheduler that vanished without one is still a failure."""
+    from hpcfutures._launch.worker_side import _launch_ended
+
+    class Exchange:
+        silence_means_finished = False
+
+        def __init__(self, finished_after):
+            self.finished_at = time.monotonic() + finished_after
+
+        def is_finished(self, info):
+            return time.monotonic() >= self.finished_at
+
+    async def refused():
+        return None
+
+    async def answering():
+        return True
+
+    assert asyncio.run(_launch_ended(Exchange(0.3), None, refused, 2.0, every=0.02))
+    started = time.monotonic()
+    assert not asyncio.run(_launch_ended(Exchange(60), None, refused, 0.3, every=0.02))
+    assert time.monotonic() - started < 2.0
+    # MPI: the launcher ends every rank when one dies, so a closed port is the end;
+    # a scheduler that still answers dropped this worker.
+    mpi = Exchange(60)
+    mpi.silence_means_finished = True
+    assert asyncio.run(_launch_ended(mpi, None, refused, 2.0, every=0.02))
+    assert not asyncio.run(_launch_ended(mpi, None, answering, 2.0, every=0.02))
+
+
 def test_checks_while_joining_grow_with_the_launch():
     small, large = Patience.for_launch(4, 60), Patience.for_launch(2000, 60)
     assert small.knock_every == 0.25

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from ..launchers.run import ROLE_MARK
+from ..launchers.run import JOINED_MARK, ROLE_MARK
 
 __all__ = ["Relay"]
 
@@ -37,12 +37,18 @@ class Relay:
 
     def __init__(self, roles: Sequence[str]) -> None:
         self.roles = list(roles)
+        #: The ranks whose worker said it joined the scheduler.
+        self.joined: set[int] = set()
         self._locks = {1: threading.Lock(), 2: threading.Lock()}
         self._threads: list[threading.Thread] = []
 
     def role(self, rank: int) -> str:
         """The role of ``rank``: as the copy announced it, else as guessed."""
         return self.roles[rank]
+
+    def still_starting(self, rank: int) -> bool:
+        """Whether ``rank`` is a worker that has not joined the scheduler (yet)."""
+        return self.roles[rank] == "worker" and rank not in self.joined
 
     def follow(self, rank: int, stdout: IO[bytes] | None, stderr: IO[bytes] | None) -> None:
         """Start relaying one copy's pipes."""
@@ -83,6 +89,9 @@ class Relay:
         for segment in _SEGMENT.findall(data):
             if segment.startswith(ROLE_MARK):
                 self.roles[rank] = segment[len(ROLE_MARK):].strip().decode(errors="replace")
+                continue
+            if segment.startswith(JOINED_MARK):
+                self.joined.add(rank)
                 continue
             if f"[rank {rank} ".encode() in segment[:_TAG_WINDOW]:
                 out.append(segment)  # a log line: it has its tag

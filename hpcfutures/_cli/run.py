@@ -134,7 +134,8 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
 
     notes = death_notes_folder(launch_id)
     try:
-        status, first = _supervise(processes, start_copies, client, grace, notes)
+        status, first = _supervise(processes, start_copies, client, grace, notes,
+                                   relay.still_starting)
         relay.drain()
         if first is not None:
             print(failure_pointer(first, processes[first].returncode, size, client, launch_id,
@@ -168,7 +169,9 @@ def _terminal_vars(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[[], int | None],
-               client: int, grace: float, notes: str | None = None) -> tuple[int, int | None]:
+               client: int, grace: float, notes: str | None = None,
+               still_starting: Callable[[int], bool] = lambda rank: False,
+               ) -> tuple[int, int | None]:
     """Start the copies and wait for them, forwarding SIGINT/SIGTERM from before the
     first one starts (a copy that ignores the signal must not outlive us); return the
     launch's status, and the rank that failed first (None: none did on its own)."""
@@ -187,7 +190,7 @@ def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[
         failed = start_copies()
         if failed is not None:
             return failed, None
-        return _wait_all(processes, client, grace, signalled, changed, notes)
+        return _wait_all(processes, client, grace, signalled, changed, notes, still_starting)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -264,11 +267,20 @@ def _pidfd(process: subprocess.Popen) -> int | None:
 
 def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
               signalled: list[float], changed: threading.Event,
-              notes: str | None = None) -> tuple[int, int | None]:
+              notes: str | None = None,
+              still_starting: Callable[[int], bool] = lambda rank: False,
+              ) -> tuple[int, int | None]:
     """Wait for every copy; after the client ends (or a forwarded signal),
-    give the others ``grace`` seconds, then SIGTERM, then SIGKILL."""
+    give the others ``grace`` seconds, then SIGTERM, then SIGKILL.
+
+    A worker copy ended that way after the client finished, but that had not
+    joined the scheduler yet (``still_starting``: on an oversubscribed node,
+    still importing Python when a short launch ended), missed nothing and fails
+    nothing: the launch's status stays the client's.
+    """
     exits = _Exits(processes, changed)
     ended_by_us: set[int] = set()
+    never_joined: set[int] = set()
     grace_ends = kill_at = None
     killed = False
     while True:
@@ -283,8 +295,11 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
         if grace_ends is not None and kill_at is None and now >= grace_ends:
             stragglers = [rank for rank in range(len(processes)) if rank not in exits]
             why = "the signal" if signalled else "the client finished"
+            if not signalled:
+                never_joined.update(rank for rank in stragglers if still_starting(rank))
             print(f"hpcfutures run: rank(s) {stragglers} still running {grace:g} s after "
-                  f"{why}; terminating them", file=sys.stderr)
+                  f"{why}{_of_which_starting(stragglers, never_joined)}; terminating them",
+                  file=sys.stderr)
             for rank in stragglers:
                 processes[rank].terminate()
             ended_by_us.update(stragglers)
@@ -298,7 +313,7 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
         changed.wait(None if next_deadline is None else max(0.0, next_deadline - now))
     exit_codes = [process.wait() for process in processes]  # all have ended: no wait
     excused = killed_by_a_call(notes, len(processes))
-    status = launch_status(exit_codes, client, excused)
+    status = launch_status(exit_codes, client, excused | never_joined)
     # A failure the user caused (Ctrl-C, scancel) or that we caused (ending
     # stragglers) needs no pointer; the first copy that failed on its own does,
     # and so does, in a launch that ended well, a worker that a call killed.
@@ -309,3 +324,13 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
     else:
         first = failed_first(exits.order, exit_codes, client, ended_by_us)
     return status, first
+
+
+def _of_which_starting(stragglers: list[int], never_joined: set[int]) -> str:
+    starting = [rank for rank in stragglers if rank in never_joined]
+    if not starting:
+        return ""
+    if len(starting) == len(stragglers):
+        return " (workers still starting: they had not joined the scheduler, so nothing is lost)"
+    return (f" ({starting} are workers still starting: they had not joined the scheduler, "
+            "so nothing is lost)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import warnings
@@ -232,3 +233,28 @@ class SchedulerService:
             task.cancel()
         if self._scheduler is not None:
             await self._scheduler.close(reason="hpcfutures: launch finished")
+            await _close_late_streams(self._scheduler)
+
+
+#: Seconds the close gives the streams of workers that joined while it ran.
+LATE_STREAMS_CLOSE = 5.0
+
+
+async def _close_late_streams(scheduler: Scheduler, timeout: float = LATE_STREAMS_CLOSE) -> None:
+    """Flush and close the streams of workers that registered while Dask closed.
+
+    Dask's close closes the workers' streams it has when it starts; one that
+    registered meanwhile (a large launch whose client finished before every
+    worker joined) was sent the verdict, but nothing flushes that stream before
+    the rank's process exits, and its worker takes the lost connection for a
+    lost scheduler.
+    """
+    late = [stream for stream in list(scheduler.stream_comms.values()) if not stream.closed()]
+    for stream in late:
+        with contextlib.suppress(Exception):
+            stream.send({"op": "close", "reason": "hpcfutures: launch finished"})
+    if late:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(stream.close() for stream in late), return_exceptions=True),
+                timeout)

@@ -91,7 +91,15 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
         raise
     if not joined:
         return 0
+    plan.launcher.worker_joined(identity)
     status = await service.serve(stop)
+    if status is None and not stop.is_set() and await _launch_ended(
+            plan.peers_exchange, info, answers, patience.farewell):
+        # The scheduler closed as the launch ended, before this worker heard the
+        # verdict: a worker that joined as the client finished (seen at 150 ranks
+        # on 2 cores, 2 launches in 3) is done, not failed.
+        logger.info("rank %d (worker): the launch ended as this worker joined", identity.rank)
+        return 0
     if status is None and not stop.is_set():
         logger.warning("rank %d (worker) lost the scheduler at %s before the launch ended (it "
                        "died, this node lost the network, or this worker was silent for too "
@@ -100,6 +108,33 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
     if status is None:
         return 143 if stop.is_set() else _dask.EXIT_FAILED
     return status
+
+
+async def _launch_ended(exchange: AddressExchange, info: SchedulerInfo,
+                        answers: Callable[[], Awaitable[bool | None]], patience: float,
+                        every: float = 0.25) -> bool:
+    """Whether a scheduler this worker lost without a verdict closed because the launch ended.
+
+    The scheduler marks the exchange finished only after its close, so the mark
+    can come a moment after the connection broke: look for up to ``patience``
+    s.  Where the launcher ends every rank when one dies (MPI), a scheduler
+    whose port no longer listens has finished.  A scheduler that still listens
+    dropped this worker; one that vanished without a mark died: both are failures.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while True:
+        if exchange.is_finished(info):
+            return True
+        if exchange.silence_means_finished:
+            answer = await answers()
+            if answer is None:
+                return True
+            if answer:
+                return False
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(min(jittered(every), max(deadline - loop.time(), 0.0)))
 
 
 #: Seconds between looks, while a worker registers, at whether it joined or was stopped.

@@ -119,6 +119,14 @@ class Patience:
         """Seconds the other ranks get to end after the client finished."""
         return 10.0 + 2 * self.herd
 
+    @property
+    def farewell(self) -> float:
+        """Seconds a worker that lost its scheduler without hearing the verdict looks
+        for the launch's end mark before calling the loss a failure: the scheduler
+        marks the end only after closing, which takes longer the more workers it
+        closes."""
+        return self._grown(3.0)
+
     @classmethod
     def for_launch(cls, ranks: int | None, timeout: float) -> Patience:
         return cls(ranks=max(int(ranks or 1), 1), timeout=float(timeout))

@@ -72,6 +72,9 @@ class Launcher(abc.ABC):
     def before_worker(self, identity: Identity) -> None:
         """Called on a worker process just before its Dask worker starts."""
 
+    def worker_joined(self, identity: Identity) -> None:
+        """Called on a worker once it has joined the scheduler (it now serves the launch)."""
+
     def before_client(self, identity: Identity) -> None:
         """Called on the client process just before it connects."""
 

@@ -16,8 +16,8 @@ from ._exchange import AddressExchange
 from ._identity import Identity
 
 __all__ = [
-    "LAUNCH_ID_VAR", "RANK_VAR", "ROLE_MARK", "SIZE_VAR", "TAGGED_VAR", "TERMINAL_VAR",
-    "RunLauncher", "announce_role", "launch_id_of",
+    "JOINED_MARK", "LAUNCH_ID_VAR", "RANK_VAR", "ROLE_MARK", "SIZE_VAR", "TAGGED_VAR",
+    "TERMINAL_VAR", "RunLauncher", "announce_role", "launch_id_of",
 ]
 
 #: SIZE_VAR (``HPCFUTURES_SIZE``) is shared with the launchers that cannot tell
@@ -34,6 +34,9 @@ TERMINAL_VAR = "HPCFUTURES_RUN_TERMINAL"
 #: How a copy tells ``hpcfutures run`` its role, on a line of its stderr that is
 #: not shown (a NUL byte starts no line a program prints).
 ROLE_MARK = b"\x00hpcfutures-role "
+#: A copy's word to ``hpcfutures run`` that its worker joined the scheduler: one
+#: still starting when the client finished is no failure if it must be ended.
+JOINED_MARK = b"\x00hpcfutures-joined"
 
 
 def announce_role(role: str, environ: Mapping[str, str]) -> None:
@@ -43,13 +46,18 @@ def announce_role(role: str, environ: Mapping[str, str]) -> None:
     as a keyword (``scheduler_in_client=True``) can change it, which only the
     copy knows once it has negotiated.
     """
+    _mark(ROLE_MARK + role.encode(), environ)
+
+
+def _mark(mark: bytes, environ: Mapping[str, str]) -> None:
+    """A line for ``hpcfutures run``'s relay alone (it drops it from the output)."""
     if environ.get(TAGGED_VAR) != "1":
         return
     import sys
 
     try:
         sys.stderr.flush()
-        sys.stderr.buffer.write(ROLE_MARK + role.encode() + b"\n")
+        sys.stderr.buffer.write(mark + b"\n")
         sys.stderr.buffer.flush()
     except (AttributeError, OSError, ValueError):  # stderr replaced or closed
         pass
@@ -75,6 +83,9 @@ class RunLauncher(Launcher):
         from ._schedfile import SchedulerFileExchange
 
         return SchedulerFileExchange.for_launch(self.settings, identity, tombstone=True)
+
+    def worker_joined(self, identity: Identity) -> None:
+        _mark(JOINED_MARK, self.environ)
 
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> str | None:
