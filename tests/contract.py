@@ -121,6 +121,50 @@ def map_honours_chunksize(ex):
 
 
 @check
+def map_with_buffersize_reads_its_input_lazily(ex):
+    """Python 3.14's ``buffersize``: an endless input, never read more than
+    ``buffersize`` items ahead of the results taken; its errors at their place."""
+    import itertools
+
+    read = []
+
+    def counted():
+        for n in itertools.count():
+            read.append(n)
+            yield n
+
+    results = ex.map(square, counted(), buffersize=5)
+    for taken, value in enumerate(itertools.islice(results, 40), start=1):
+        assert value == (taken - 1) ** 2
+        assert len(read) <= taken + 5, (taken, len(read))
+    results.close()
+    assert len(read) <= 45
+    assert list(ex.map(add, range(7), range(7), buffersize=3)) == [2 * x for x in range(7)]
+    assert list(ex.map(square, [], buffersize=2)) == []
+
+    def broken():
+        yield 1
+        yield 2
+        raise LookupError("the input broke")
+
+    seen = []
+    try:
+        for value in ex.map(square, broken(), buffersize=1):
+            seen.append(value)
+    except LookupError:
+        assert seen == [1, 4], seen
+    else:
+        raise AssertionError("the input's error was lost")
+    for wrong, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError)):
+        try:
+            ex.map(square, range(3), buffersize=wrong)
+        except error:
+            pass
+        else:
+            raise AssertionError(f"buffersize={wrong!r} was accepted")
+
+
+@check
 def map_raises_at_the_failing_position(ex):
     for chunksize in (1, 3):
         seen = []

@@ -196,3 +196,26 @@ def test_a_second_run_resumes_from_the_first(tmp_path):
     ran_again = [path.name.rsplit("-", 1)[0] for path in markers.glob("*-*-*")
                  if path.name not in names]
     assert ran_again == ["fails-1"]  # exceptions are never recorded: only it ran again
+
+
+def _mark_and_negate(x, folder):
+    import pathlib
+    import uuid
+
+    pathlib.Path(folder, f"{x}-{uuid.uuid4().hex}").touch()
+    return -x
+
+
+@pytest.mark.timeout(120)
+def test_a_lazy_map_records_and_resumes_window_by_window(tmp_path):
+    """``map(..., buffersize=)`` with a journal reads its input a window at a time,
+    and a second run finds every result the first recorded."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    for run in range(2):
+        with hpcfutures.LocalExecutor(1, journal=str(tmp_path / "journal")) as ex:
+            results = ex.map(_mark_and_negate, iter(range(12)), [str(markers)] * 12,
+                             buffersize=5)
+            assert list(results) == [-x for x in range(12)], run
+    ran = sorted(int(path.name.split("-")[0]) for path in markers.iterdir())
+    assert ran == list(range(12))  # each call once: the second run resumed them all

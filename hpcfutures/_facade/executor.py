@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from .._errors import TimeLimitError
@@ -26,16 +25,14 @@ from .bridge import TaskBridge, TaskFuture
 from .capacity import WorkerMemory
 from .closing import Closer, exit_status_for, interpreter_exiting
 from .draining import Drain
-from .journal import Journal, journal_name, open_journal, resumed_results
-from .mapping import MapRun
-from .mpilanes import lanes
-from .mpitask import MPITask, check_launch, results_in_order
-from .progress import open_bar, progress_mode
+from .journal import Journal, open_journal
+from .maps import MapMethods
+from .mpitask import MPITask, check_launch
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
 
 
-class Executor(cf.Executor):
+class Executor(MapMethods, cf.Executor):
     """Run callables on the workers of an HPC launch, or on local processes.
 
     Args:
@@ -278,80 +275,6 @@ class Executor(cf.Executor):
                 return journal.submit(bridge, fn, args, kwargs)
             return bridge.submit(fn, args, kwargs)
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1,
-            progress: bool | str | None = None) -> Iterator[Any]:
-        """Like :func:`map`, run on the workers; results come back in order.
-
-        Items are grouped into Dask tasks adaptively (see :mod:`.batching`):
-        ``chunksize`` is the smallest group, and tiny tasks are batched further
-        as their durations become known.  The iterator raises ``TimeoutError``
-        if a result is not ready ``timeout`` s after the call, and an item's
-        exception at its position.
-
-        ``progress`` (not in the standard library) overrides the executor's
-        ``progress`` setting for this call: ``True`` draws a tqdm bar on
-        stderr when it is a terminal, ``"always"`` draws it anyway, ``False``
-        never.  Asking for a bar without tqdm installed raises
-        :class:`~hpcfutures.MissingDependencyError`.
-        """
-        if chunksize < 1:
-            raise ValueError("chunksize must be >= 1.")
-        if isinstance(fn, MPITask):  # each item its own call over several ranks
-            return self._mpi_map(fn, iterables, timeout, chunksize)
-        mode = self._session.settings.progress if progress is None else progress_mode(progress)
-        end_time = None if timeout is None else timeout + time.monotonic()
-        items = _argument_tuples(iterables)
-        with self._lock:
-            bridge = self._usable_bridge()
-            journal = self._journal_now()
-            if journal is not None:
-                return self._journaled_map(journal, bridge, fn, items, chunksize, mode,
-                                           end_time)
-            bar = None if mode == "off" else open_bar(mode, len(items), fn)
-            run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
-            self._closer.map_runs.add(run)
-        return run.results(end_time)
-
-    def _mpi_map(self, task: MPITask, iterables: tuple[Iterable[Any], ...],
-                 timeout: float | None, chunksize: int) -> Iterator[Any]:
-        """``map`` of an MPI task: each item its own call; consecutive calls share a
-        reservation of ranks (``chunksize`` calls at least, more once their pace is
-        known: see mpicalls.py)."""
-        end_time = None if timeout is None else timeout + time.monotonic()
-        items = _argument_tuples(iterables)
-        with self._lock:
-            bridge = self._usable_bridge()
-            if not items:  # nothing to refuse, as with each item submitted alone
-                return iter(())
-            for arguments in items:
-                refuse_foreign_futures(arguments, {})
-            workers = check_launch(self._session, task.ranks)
-            futures = bridge.submit_mpi(task, [(arguments, {}) for arguments in items],
-                                        least=chunksize,
-                                        lanes=lanes(len(items), task.ranks, workers))
-        return results_in_order(futures, end_time)
-
-    def _journaled_map(self, journal: Journal, bridge: TaskBridge, fn: Callable[..., Any],
-                       items: list[tuple[Any, ...]], chunksize: int, mode: str,
-                       end_time: float | None) -> Iterator[Any]:
-        """``map`` where recorded items come from the journal (call with the lock held)."""
-        found, missing, keys = journal.split_map(fn, items)
-        bar = None if mode == "off" else open_bar(mode, len(items), fn)
-        if bar is not None and len(missing) < len(items):
-            bar.advance(len(items) - len(missing))
-        inner = None
-        if missing or bar is not None:
-            name = journal_name(fn)
-            positions = (None if len(missing) == len(items) else
-                         [place for place, entry in enumerate(found) if entry is None])
-            run = MapRun(bridge, fn, missing, chunksize, progress=bar,
-                         record=lambda start, values: journal.record_values(
-                             keys, start, values, name), positions=positions).start()
-            self._closer.map_runs.add(run)
-            inner = run.results(end_time)
-        return resumed_results(found, inner)
-
     def worker_memory_limits(self) -> dict[str, WorkerMemory]:
         """The memory each connected worker may use, by worker address.
 
@@ -378,23 +301,6 @@ class Executor(cf.Executor):
         is then RUNNING); those finish.
         """
         self._closer.close(0, wait=wait, cancel_futures=cancel_futures)
-
-
-def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]]:
-    """Every call's arguments, read in a loop of Python code, not by ``list(zip(...))``.
-
-    Inside one C call that consumes a C iterator (``itertools.count()``, a
-    long ``range``) no bytecode of this frame runs, so a signal's handler
-    (SIGTERM's SystemExit, Ctrl-C's KeyboardInterrupt) could run only inside
-    Python code the garbage collector calls meanwhile, where its exception is
-    dropped: the map went on, and the signal was lost.  In this loop it lands
-    here and ends the map.
-    """
-    items: list[tuple[Any, ...]] = []
-    append = items.append
-    for arguments in zip(*iterables, strict=False):
-        append(arguments)
-    return items
 
 
 class LocalExecutor(Executor):

@@ -13,13 +13,21 @@ on the worker, which sizes the next ones.
 Results are yielded in order as chunks complete; an item's exception is raised
 at its position; ``timeout`` and cancellation (closing the iterator, or
 ``shutdown(cancel_futures=True)``) work as with ``concurrent.futures``.
+
+With ``buffersize`` (Python 3.14's ``Executor.map`` argument) the items are
+read from their iterator as the caller consumes results, never more than
+``buffersize`` ahead of the last result yielded: a map over an endless
+generator runs in bounded memory, and the client holds at most that many
+calls and results.  The iterator is read on the consumer's thread (the
+user's generator need not be thread-safe), and an exception it raises comes
+out of the results iterator after the results before it, as in 3.14.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -38,14 +46,25 @@ class MapRun(Stream):
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
                  chunksize: int, *, progress: MapProgress | None = None,
                  record: Callable[[int, list], None] | None = None,
-                 positions: Sequence[int] | None = None) -> None:
+                 positions: Sequence[int] | None = None,
+                 source: Iterator[tuple] | None = None, buffersize: int | None = None) -> None:
         super().__init__(fn, items, min_size=chunksize)
+        #: Where more items come from, ``buffersize`` ahead of the consumer at most
+        #: (None: ``items`` is the whole map).
+        self._source = source
+        self._buffersize = buffersize
+        #: The source raised this instead of an item: raised after the results before it.
+        self._source_error: BaseException | None = None
         #: Each item's position in the user's map, when this run holds only some of
         #: them (the journal had the others); errors name a crashing item by it.
         self._positions = positions
         self._bridge = bridge
         self._batcher = bridge.batcher
+        #: Items in the map; while the source is being read, those read so far.
         self._total = len(items)
+        self._exhausted = source is None
+        #: Whether the engine took this stream in (after that, new items wake the loop).
+        self._opened = False
         self._dispatched = 0
         #: Whether items hold this executor's futures (then each chunk is resolved).
         self._depends = not plain_rows(items) and any(
@@ -66,11 +85,13 @@ class MapRun(Stream):
     # -------------------------------------------------------------- feeding
     def start(self) -> MapRun:
         """Hand the items to the engine; the bridge's loop thread sends the chunks."""
+        self._read_ahead(0)
         with self._cond:
             self._check_finished()  # an empty map is done at once
         if self.finished.is_set():
             return self
         if self._batcher.open(self):
+            self._opened = True
             self._bridge.wake()
         else:  # the executor drained since this map was accepted: nothing is sent
             calls = list(self.pending)
@@ -131,7 +152,8 @@ class MapRun(Stream):
         """Call with the lock held; once nothing more will come back, leave the engine."""
         if self._stopped:
             self._batcher.close(self)
-        if not self._in_flight and (self._stopped or self._dispatched == self._total):
+        if not self._in_flight and (self._stopped or (self._exhausted
+                                                      and self._dispatched == self._total)):
             self._batcher.close(self)
             self.finished.set()
             if self._progress is not None:
@@ -168,17 +190,54 @@ class MapRun(Stream):
         """Yield every item's result in order; raise an item's error at its position."""
         position = 0
         try:
-            while position < self._total:
+            while True:
+                self._read_ahead(position)
+                if position >= self._total:
+                    if self._source_error is not None:
+                        raise self._source_error
+                    if self._exhausted:
+                        break
                 outcome = self._wait_for(position, end_time)
                 values = outcome.values
                 values.reverse()
-                position += len(values)
                 while values:
                     yield values.pop()
+                    position += 1
+                    self._read_ahead(position)
                 if outcome.error is not None:
                     raise restore_traceback(outcome.error)
         finally:
             self.cancel()
+
+    def _read_ahead(self, yielded: int) -> None:
+        """Read items from the source until ``buffersize`` are ahead of ``yielded``
+        (on the consumer's thread); then let the engine send them."""
+        if self._exhausted or self._source_error is not None or self._stopped:
+            return
+        assert self._source is not None and self._buffersize is not None
+        added = 0
+        while self._total - yielded < self._buffersize:
+            try:
+                item = next(self._source)
+            except StopIteration:
+                with self._cond:
+                    self._exhausted = True
+                    self._check_finished()
+                    self._cond.notify_all()
+                break
+            except Exception as err:  # raised to the consumer in its place
+                self._source_error = err
+                self._exhausted = True
+                with self._cond:
+                    self._check_finished()
+                    self._cond.notify_all()
+                break
+            with self._cond:
+                self._total += 1  # before the engine may send it: never under _dispatched
+            self._batcher.add(self, item)
+            added += 1
+        if added and self._opened:
+            self._bridge.wake()
 
     def _wait_for(self, position: int, end_time: float | None) -> ChunkOutcome:
         with self._cond:

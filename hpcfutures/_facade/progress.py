@@ -59,7 +59,7 @@ def _interactive(stream: TextIO) -> bool:
 class MapProgress:
     """One map's bar; :meth:`advance` may be called from any thread."""
 
-    def __init__(self, total: int, desc: str, stream: TextIO) -> None:
+    def __init__(self, total: int | None, desc: str, stream: TextIO) -> None:
         from tqdm import tqdm
 
         self._lock = threading.Lock()
@@ -80,7 +80,7 @@ class MapProgress:
                 self._bar.close()
 
 
-def open_bar(mode: str, total: int, fn: Any) -> MapProgress | None:
+def open_bar(mode: str, total: int | None, fn: Any) -> MapProgress | None:
     """A bar for a map of ``total`` calls of ``fn``, or None when none is to be drawn.
 
     Raises :class:`MissingDependencyError` whenever a bar is asked for and tqdm

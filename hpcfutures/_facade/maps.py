@@ -1,0 +1,174 @@
+"""The ``map`` family of :class:`~hpcfutures.Executor`: eager, lazy, journaled, MPI.
+
+One method in the user's eyes, five paths inside: every item read first (the
+standard library's way), read as results are taken (``buffersize``), found in
+the journal, or each item an MPI task over several ranks.  They share the
+executor's lock, bridge and closer, which the executor class provides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .._launch.session import Session
+from .arguments import refuse_foreign_futures
+from .bridge import TaskBridge
+from .closing import Closer
+from .journal import Journal, journal_name, resumed_results
+from .mapping import MapRun
+from .mpilanes import lanes
+from .mpitask import MPITask, check_launch, results_in_order
+from .progress import open_bar, progress_mode
+
+__all__ = ["MapMethods"]
+
+
+class MapMethods:
+    """``map`` and its paths; mixed into the executor, which provides what they share."""
+
+    _lock: Any  # the executor's lock (a threading.Lock)
+    _closer: Closer
+    _session: Session
+
+    def _usable_bridge(self) -> TaskBridge:
+        raise NotImplementedError
+
+    def _journal_now(self) -> Journal | None:
+        raise NotImplementedError
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            timeout: float | None = None, chunksize: int = 1,
+            buffersize: int | None = None,
+            progress: bool | str | None = None) -> Iterator[Any]:
+        """Like :func:`map`, run on the workers; results come back in order.
+
+        Items are grouped into Dask tasks adaptively (see :mod:`.batching`):
+        ``chunksize`` is the smallest group, and tiny tasks are batched further
+        as their durations become known.  The iterator raises ``TimeoutError``
+        if a result is not ready ``timeout`` s after the call, and an item's
+        exception at its position.
+
+        ``buffersize`` (as in Python 3.14, on every Python): read the items
+        lazily, at most ``buffersize`` calls ahead of the last result the
+        caller took, so that an endless or huge input runs in bounded memory.
+        By default, as in the standard library, every item is read before the
+        first call goes (the client then holds every call and, until the
+        caller takes them, every result).
+
+        ``progress`` (not in the standard library) overrides the executor's
+        ``progress`` setting for this call: ``True`` draws a tqdm bar on
+        stderr when it is a terminal, ``"always"`` draws it anyway, ``False``
+        never.  Asking for a bar without tqdm installed raises
+        :class:`~hpcfutures.MissingDependencyError`.
+        """
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if buffersize is not None:
+            if not isinstance(buffersize, int) or isinstance(buffersize, bool):
+                raise TypeError("buffersize must be an integer or None")
+            if buffersize < 1:
+                raise ValueError("buffersize must be None or > 0")
+            return self._lazy_map(fn, iterables, timeout, chunksize, buffersize, progress)
+        if isinstance(fn, MPITask):  # each item its own call over several ranks
+            return self._mpi_map(fn, iterables, timeout, chunksize)
+        mode = self._session.settings.progress if progress is None else progress_mode(progress)
+        end_time = None if timeout is None else timeout + time.monotonic()
+        items = _argument_tuples(iterables)
+        with self._lock:
+            bridge = self._usable_bridge()
+            journal = self._journal_now()
+            if journal is not None:
+                return self._journaled_map(journal, bridge, fn, items, chunksize, mode,
+                                           end_time)
+            bar = None if mode == "off" else open_bar(mode, len(items), fn)
+            run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
+            self._closer.map_runs.add(run)
+        return run.results(end_time)
+
+    def _lazy_map(self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...],
+                  timeout: float | None, chunksize: int, buffersize: int,
+                  progress: bool | str | None) -> Iterator[Any]:
+        """``map`` with ``buffersize``: the items are read as results are taken."""
+        mode = self._session.settings.progress if progress is None else progress_mode(progress)
+        end_time = None if timeout is None else timeout + time.monotonic()
+        source = zip(*iterables, strict=False)
+        if isinstance(fn, MPITask) or self._journal_now() is not None:
+            # Each window of items is its own map, read when the one before is
+            # done (an MPI task's reservation and the journal's lookup take a
+            # whole list): bounded memory, at the cost of a pause between windows.
+            return self._windowed_map(fn, source, timeout, chunksize, buffersize, progress)
+        with self._lock:
+            bridge = self._usable_bridge()
+            bar = None if mode == "off" else open_bar(mode, None, fn)
+            run = MapRun(bridge, fn, [], chunksize, progress=bar, source=source,
+                         buffersize=buffersize).start()
+            self._closer.map_runs.add(run)
+        return run.results(end_time)
+
+    def _windowed_map(self, fn: Callable[..., Any], source: Iterator[tuple[Any, ...]],
+                      timeout: float | None, chunksize: int, buffersize: int,
+                      progress: bool | str | None) -> Iterator[Any]:
+        end_time = None if timeout is None else timeout + time.monotonic()
+        while window := list(itertools.islice(source, buffersize)):
+            left = None if end_time is None else max(end_time - time.monotonic(), 0.0)
+            yield from self.map(fn, *zip(*window, strict=True), timeout=left,
+                                chunksize=chunksize, progress=progress)
+
+    def _mpi_map(self, task: MPITask, iterables: tuple[Iterable[Any], ...],
+                 timeout: float | None, chunksize: int) -> Iterator[Any]:
+        """``map`` of an MPI task: each item its own call; consecutive calls share a
+        reservation of ranks (``chunksize`` calls at least, more once their pace is
+        known: see mpicalls.py)."""
+        end_time = None if timeout is None else timeout + time.monotonic()
+        items = _argument_tuples(iterables)
+        with self._lock:
+            bridge = self._usable_bridge()
+            if not items:  # nothing to refuse, as with each item submitted alone
+                return iter(())
+            for arguments in items:
+                refuse_foreign_futures(arguments, {})
+            workers = check_launch(self._session, task.ranks)
+            futures = bridge.submit_mpi(task, [(arguments, {}) for arguments in items],
+                                        least=chunksize,
+                                        lanes=lanes(len(items), task.ranks, workers))
+        return results_in_order(futures, end_time)
+
+    def _journaled_map(self, journal: Journal, bridge: TaskBridge, fn: Callable[..., Any],
+                       items: list[tuple[Any, ...]], chunksize: int, mode: str,
+                       end_time: float | None) -> Iterator[Any]:
+        """``map`` where recorded items come from the journal (call with the lock held)."""
+        found, missing, keys = journal.split_map(fn, items)
+        bar = None if mode == "off" else open_bar(mode, len(items), fn)
+        if bar is not None and len(missing) < len(items):
+            bar.advance(len(items) - len(missing))
+        inner = None
+        if missing or bar is not None:
+            name = journal_name(fn)
+            positions = (None if len(missing) == len(items) else
+                         [place for place, entry in enumerate(found) if entry is None])
+            run = MapRun(bridge, fn, missing, chunksize, progress=bar,
+                         record=lambda start, values: journal.record_values(
+                             keys, start, values, name), positions=positions).start()
+            self._closer.map_runs.add(run)
+            inner = run.results(end_time)
+        return resumed_results(found, inner)
+
+
+def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]]:
+    """Every call's arguments, read in a loop of Python code, not by ``list(zip(...))``.
+
+    Inside one C call that consumes a C iterator (``itertools.count()``, a
+    long ``range``) no bytecode of this frame runs, so a signal's handler
+    (SIGTERM's SystemExit, Ctrl-C's KeyboardInterrupt) could run only inside
+    Python code the garbage collector calls meanwhile, where its exception is
+    dropped: the map went on, and the signal was lost.  In this loop it lands
+    here and ends the map.
+    """
+    items: list[tuple[Any, ...]] = []
+    append = items.append
+    for arguments in zip(*iterables, strict=False):
+        append(arguments)
+    return items
