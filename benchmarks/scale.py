@@ -46,6 +46,8 @@ Figures (one row each, ``ours / Dask`` per N):
   own timers and heartbeats: the part of this machine a map cannot have);
 - the first map: the same map once before, no worker lost: what such a map
   costs on this launch and this machine, the floor of the next figure, s;
+  and the cores the hosting processes, the scheduler and the client used
+  meanwhile (where the machine's two cores went);
 - after the kill: from the SIGKILL to the second map's last result, s;
 - certified: the killed workers whose death certificate the scheduler got
   (from the killed host's stand-in watchers, ``jobs/scale_hosts.py``);
@@ -280,8 +282,16 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             span = time.monotonic() - idle_from[0]
             out["idle_hosts_cores"] = (_cpu_of(hosts) - idle_from[1]) / span
             out["idle_scheduler_cores"] = (cpu_seconds(scheduler.pid) - idle_from[2]) / span
+            map_from = (time.monotonic(), _cpu_of(hosts), cpu_seconds(scheduler.pid),
+                        cpu_seconds(client.pid))
         elif what == "WARM":
             out["warm_map"] = float(rest.split()[1])
+            # Where the machine's cores went during the first map: on a cluster
+            # each worker has its own, here the hosts share two with the others.
+            span = time.monotonic() - map_from[0]
+            out["map_cores"] = {"hosts": (_cpu_of(hosts) - map_from[1]) / span,
+                                "scheduler": (cpu_seconds(scheduler.pid) - map_from[2]) / span,
+                                "client": (cpu_seconds(client.pid) - map_from[3]) / span}
         elif what == "MAPPING":
             # Half a call into the map: every worker runs its first call.
             time.sleep(max(when + args.seconds / 2 - time.time(), 0.0))
@@ -433,6 +443,10 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
          cell(lambda r: "failed" if r.get("error") else "—" if r.get("idle_hosts_cores") is None
               else f"{r['idle_hosts_cores']:.2f}+{r['idle_scheduler_cores']:.2f}")),
         ("map of 2 N calls, nothing lost (the first map), s", cell(num("warm_map"))),
+        ("the first map: CPU of the hosting processes / the scheduler / the client, cores",
+         cell(lambda r: "failed" if r.get("error") else "—" if r.get("map_cores") is None
+              else "+".join(f"{r['map_cores'][k]:.2f}"
+                            for k in ("hosts", "scheduler", "client")))),
         ("map done after killing 10 % of the workers (the second), s",
          cell(num("after_kill"))),
         ("killed workers whose death was certified (by their watchers)",

@@ -548,6 +548,11 @@ def test_workers_slow_to_create_their_scratch_directories_are_one_line_and_a_sum
         assert said[1].startswith(
             "39 more workers were slow to create their scratch directories within "), said
         assert "39 in /tmp/dask-scratch-space on node1; the first few: rank-4 on node1" in said[1]
+        assert said[1].endswith("scratch directory in /tmp/dask-scratch-space (many workers "
+                                "starting at once on one node queue on its lock files, or it is "
+                                "on a network file system: DASK_TEMPORARY_DIRECTORY=<a local "
+                                "disk> moves it)"), said
+        assert said[1].count("DASK_TEMPORARY_DIRECTORY") == 1, said  # the advice once
 
     asyncio.run(scenario())
 

@@ -142,8 +142,12 @@ class Coordinator(SchedulerPlugin):
         self.size = ClusterSize()
         #: One line for a failed start, one summary for a wave of them.
         self._startup_log = WaveLog(logger, "worker failed to start", "workers failed to start")
-        self._scratch_log = WaveLog(logger, "worker was slow to create its scratch directory",
-                                    "workers were slow to create their scratch directories")
+        self._scratch_log = WaveLog(
+            logger, "worker was slow to create its scratch directory",
+            "workers were slow to create their scratch directories",
+            advice="many workers starting at once on one node queue on its lock files, or "
+                   "it is on a network file system: DASK_TEMPORARY_DIRECTORY=<a local disk> "
+                   "moves it")
         #: Dead workers' certificates, and whether any worker is left (deaths.py).
         self.deaths = Deaths()
         #: Workers reserved for MPI tasks (mpigroups.py).
@@ -213,9 +217,7 @@ class Coordinator(SchedulerPlugin):
         on = f" on {extra[HOST_KEY]}" if extra.get(HOST_KEY) else ""
         self._scratch_log.add(
             f"{getattr(state, 'name', worker)}{on} took {float(said.get('seconds', 0)):.1f} s "
-            f"to create its scratch directory in {where} (many workers starting at once on "
-            "one node queue on its lock files, or it is on a network file system: "
-            "DASK_TEMPORARY_DIRECTORY=<a local disk> moves it)",
+            f"to create its scratch directory in {where}",
             f"in {where}{on}")
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:

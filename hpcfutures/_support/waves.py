@@ -53,8 +53,10 @@ class WaveLog:
     """
 
     def __init__(self, log: logging.Logger, one: str, many: str, examples: int = 3,
-                 expecting: Callable[[], bool] = lambda: False) -> None:
+                 expecting: Callable[[], bool] = lambda: False, advice: str = "") -> None:
         self.log, self.one, self.many, self.examples = log, one, many, examples
+        #: What to do about such events: said once per line, after the examples.
+        self.advice = f" ({advice})" if advice else ""
         #: Whether more of the wave is known to be on its way: it stays open meanwhile.
         self.expecting = expecting
         self.window, self.report_every = WAVE_WINDOW, WAVE_REPORT_EVERY
@@ -76,12 +78,12 @@ class WaveLog:
         if loop is None or self._opened is None or (
                 now - self._latest > self.window and not self.expecting()):
             self.flush()
-            self.log.warning("%s", line)
+            self.log.warning("%s%s", line, self.advice)
             if loop is not None:
                 self._opened = self._latest = now
                 self._timer = loop.call_later(self.window, self._check)
             return
-        self.log.info("%s", line)
+        self.log.info("%s%s", line, self.advice)
         self._latest = now
         self._held += 1
         self._causes[why] += 1
@@ -112,10 +114,10 @@ class WaveLog:
         what = self.one if self._held == 1 else self.many
         spread = f"{self._held} more {what} within {self._latest - self._opened:.1f} s"
         if self._held <= self.examples:
-            self.log.warning("%s: %s", spread, "; ".join(self._lines))
+            self.log.warning("%s: %s%s", spread, "; ".join(self._lines), self.advice)
         else:
-            self.log.warning("%s: %s; the first few: %s", spread, count_causes(self._causes),
-                             "; ".join(self._lines))
+            self.log.warning("%s: %s; the first few: %s%s", spread, count_causes(self._causes),
+                             "; ".join(self._lines), self.advice)
         self._held = 0
         self._causes.clear()
         self._lines.clear()
