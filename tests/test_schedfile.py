@@ -171,7 +171,12 @@ def test_a_look_again_after_a_failed_probe_keeps_the_slow_pace_it_had_reached(
     assert next(again) >= 0.5  # the look again waits for its turn: a second after that read
     clock[0] += 1.0
     assert next(again) >= 1.0
-    # a lookup of its own (a new executor in this process) starts quick again
-    fresh = ex._looking(100.0, None)
+    # after a silent probe (busy, not gone) the rank wants the same file again: no
+    # stale one, and still at its pace (the harness saw two reads 0.62 s apart at 2,000)
+    clock[0] += 0.3
+    silent = ex._looking(100.0, None)
+    assert next(silent) >= 0.5
+    # a new launch's exchange (a new executor) starts quick
+    fresh = exchange(tmp_path)
     with pytest.raises(StopIteration):
-        next(fresh)
+        next(fresh._looking(100.0, None))

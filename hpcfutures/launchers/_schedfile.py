@@ -121,13 +121,15 @@ class SchedulerFileExchange(AddressExchange):
         (:func:`shared_file_poll`), returns what it found."""
         started = time.monotonic()
         deadline = started + timeout
-        if stale is None or self._first_look is None:
+        if self._first_look is None:
             self._first_look = started
-        # A look again after a failed probe (``stale``) goes on at the pace the
-        # rank had reached: restarted from quick looks, every rank whose probe
-        # of a busy scheduler failed read the file 25 times in 2 s.
+        # A look again (after a refused probe, ``stale``, or a silent one, which
+        # wants the same file again) goes on at the pace the rank had reached:
+        # restarted from quick looks, every rank whose probe of a busy scheduler
+        # failed read the file 25 times in 2 s.  One exchange serves one rank's
+        # part in one launch, so every look after its first is a look again.
         first_look = self._first_look
-        if stale is not None and self._last_read is not None:
+        if self._last_read is not None:
             # ... and the first look again waits for its turn too (right after
             # the probe, it came 0.5 s after the read that found the file).
             since = started - self._last_read
