@@ -23,7 +23,7 @@ SHORT_SLEEP_REFERENCE_TASKS = 2000
 class Metric:
     key: str
     header: str
-    unit: str            # "s" or "tasks/s"
+    unit: str            # "s", "ms" or "tasks/s"
 
     @property
     def higher_is_better(self) -> bool:
@@ -46,6 +46,8 @@ def metrics(sizes: Sizes) -> list[Metric]:
         Metric("journal_ratio", f"{sizes.journal_sleeps} × 10 ms with ÷ without journal", "×"),
         Metric("journal_rerun", f"rerun of {sizes.journal_rerun} journaled calls s", "s"),
         Metric("mpi_calls", "2-rank no-op MPI calls/s", "tasks/s"),
+        Metric("round_trip", "`submit(f, x).result()` one at a time, median ms", "ms"),
+        Metric("round_trip_p90", "same, 90th percentile ms", "ms"),
         Metric("shutdown", "shutdown s", "s"),
         Metric("total", "total s", "s"),
     ]
@@ -62,6 +64,9 @@ def figures(bench: Mapping, t0: float, t_return: float) -> dict[str, float]:
     for key in ("sleep", "payload", "journal_rerun", "short_sleep"):
         if key in phases:
             out[key] = phases[key]["seconds"]
+    if "round_trip" in phases:
+        out["round_trip"] = phases["round_trip"]["seconds"] * 1e3
+        out["round_trip_p90"] = phases["round_trip"]["p90"] * 1e3
     if "journal_on" in phases and "journal_off" in phases:
         out["journal_ratio"] = phases["journal_on"]["seconds"] / phases["journal_off"]["seconds"]
     out["shutdown"] = t_return - bench["t_last"]
@@ -117,6 +122,8 @@ TARGETS = (
            False),
     Target("2-rank MPI calls ≥ 100× `mpiexec -n 2` per call", "mpi_calls", 100.0, True,
            "mpiexec-per-call", "mpi_calls"),
+    Target("round trip (median) ≤ 1.0× mpi4py.futures", "round_trip", 1.0, False,
+           "mpi4py-futures", "round_trip"),
 )
 
 
@@ -186,6 +193,8 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value:,.0f}"
     if unit == "×":
         return f"{value:.2f}×"
+    if unit == "ms":
+        return f"{value:.2f}"
     return f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
 
 
@@ -199,7 +208,7 @@ def _cell(entry: Mapping, result: Mapping) -> str:
     mine = entry["runners"][result["name"]]
     verdict = "met" if mine["met"] else "**not met**"
     if entry["peer"] is None:
-        unit = "×" if entry["metric"] == "journal_ratio" else " s"
+        unit = {"journal_ratio": "×", "round_trip": " ms"}.get(entry["metric"], " s")
         return f"{mine['value']:.3f}{unit} {verdict}"
     return f"{mine['compared']:.2f}× {verdict}"
 

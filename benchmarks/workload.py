@@ -27,6 +27,9 @@ Steps (``QUICK``-sized when ``BENCH_QUICK=1``):
                the peers' unchunked map would take some 20 s here (one message per call);
    large_map_chunked  the same with ``chunksize=64``, for every executor that heeds it.
 Both large maps count the median of :data:`LARGE_REPEATS` calls.
+9. round_trip  ``ex.submit(inc, i).result()`` in a loop, one call at a time (an optimiser's
+               ask/tell loop, a chain the client must look at): each call's latency, median
+               and 90th percentile, in ms.
 
 MPI tasks (issue 20) have their own two jobs, each printing the same kind of line:
 ``mpi_calls`` is calls per second of a 2-rank call that does one ``allreduce`` and nothing
@@ -76,10 +79,11 @@ class Sizes:
     mpi_launches: int = 10     # the same call, each its own mpiexec -n 2
     short_sleeps: int = 2000   # 1 ms tasks
     large: int = 100_000       # trivial calls in the large maps
+    round_trips: int = 300     # submit(...).result() one at a time
 
 
 QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000,
-              mpi_calls=20, mpi_launches=2, short_sleeps=40, large=1000)
+              mpi_calls=20, mpi_launches=2, short_sleeps=40, large=1000, round_trips=30)
 
 
 def sizes_from_env(environ=os.environ) -> Sizes:
@@ -156,6 +160,27 @@ class Recorder:
             entry["tasks_per_s"] = tasks / seconds
         self.phases[name] = entry
 
+    def round_trips(self, ex: Any, calls: int) -> None:
+        """Step 9: the latency of one call at a time, from ``submit`` to its result."""
+        latencies = []
+        started = time.perf_counter()
+        for i in range(calls):
+            began = time.perf_counter()
+            try:
+                value = ex.submit(inc, i).result()
+            except Exception as err:
+                self.errors.append(f"round_trip: {type(err).__name__}: {err}")
+                return
+            latencies.append(time.perf_counter() - began)
+            if value != i + 1:
+                self.errors.append("round_trip: wrong result")
+                return
+        latencies.sort()
+        self.phases["round_trip"] = {
+            "seconds": latencies[len(latencies) // 2],
+            "p90": latencies[min(int(len(latencies) * 0.9), len(latencies) - 1)],
+            "elapsed": time.perf_counter() - started}
+
 
 def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool = True,
                  raw_client: Any = None, large_default: bool = False) -> None:
@@ -195,6 +220,7 @@ def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool =
         rec.step("large_map_chunked",
                  lambda: list(ex.map(inc, range(large), chunksize=CHUNKSIZE)),
                  expected.__eq__, large, repeats=LARGE_REPEATS)
+    rec.round_trips(ex, sizes.round_trips)
     rec.mark("last")
 
 
