@@ -159,6 +159,9 @@ with hpcfutures.Executor() as ex:
     results = list(ex.map(hpcfutures.mpi_task(doubled, ranks=2), range(50), timeout=120))
     check("map of 50", results == [2 * i for i in range(50)],
           f"{time.monotonic() - started:.2f} s")
+    lazy = list(ex.map(hpcfutures.mpi_task(doubled, ranks=2), iter(range(9)), buffersize=4,
+                       timeout=120))
+    check("map with buffersize", lazy == [2 * i for i in range(9)], lazy)
 
     # one call of a map raises on one member: its error at its place; the calls run
     # with it on the same reservation go on, and the group's ranks come free
