@@ -5,7 +5,8 @@ import pytest
 from hpcfutures import ConfigurationError
 from hpcfutures._support import option_sources
 from hpcfutures._support.config import Settings, resolve_option, resolve_settings
-from hpcfutures._support.options import BY_NAME, NAMES, OPTIONS, to_memory, to_seconds
+from hpcfutures._support.options import BY_NAME, NAMES, OPTIONS
+from hpcfutures._support.values import to_memory, to_seconds
 
 
 def test_defaults():

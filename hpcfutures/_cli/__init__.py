@@ -105,7 +105,7 @@ def _stop_arguments(stop: argparse.ArgumentParser) -> None:
 
 def _seconds(text: str, zero_ok: bool = False) -> float:
     """Seconds, or a duration such as ``90s`` or ``5min``, as the timeout options take."""
-    from .._support.options import to_seconds
+    from .._support.values import to_seconds
 
     try:
         return to_seconds(text, zero_ok=zero_ok)

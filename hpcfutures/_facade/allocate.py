@@ -34,7 +34,7 @@ from typing import Any, Literal
 from .._errors import AllocationLostError, NotServingError, QueueTimeoutError, StartupTimeoutError
 from .._launch.outside import expand_path, serving_info, stop_launch
 from .._support.backoff import Backoff
-from .._support.options import to_seconds
+from .._support.values import to_seconds
 from ..launchers._batchfind import detect_batch_system, get_batch_system
 from ..launchers._batchscript import (
     BatchSystem,

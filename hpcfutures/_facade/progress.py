@@ -20,7 +20,7 @@ import threading
 from typing import Any, TextIO
 
 from .._errors import MissingDependencyError
-from .._support.options import to_progress
+from .._support.values import to_progress
 from ..launchers.run import TERMINAL_VAR
 
 __all__ = ["MapProgress", "open_bar", "progress_mode"]

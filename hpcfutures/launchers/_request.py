@@ -20,7 +20,7 @@ def parse_walltime(value: float | int | str | None) -> int | None:
         days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
         total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     else:
-        from .._support.options import to_seconds
+        from .._support.values import to_seconds
 
         try:
             total = round(to_seconds(value))
