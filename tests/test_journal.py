@@ -12,7 +12,8 @@ from helpers import JOBS, hpcfutures_run, run_job
 
 import hpcfutures
 from hpcfutures._cli import main as cli_main
-from hpcfutures._facade.journal import Journal, function_digest, open_journal, resumed_results
+from hpcfutures._facade.fingerprints import function_digest
+from hpcfutures._facade.journal import Journal, open_journal, resumed_results
 from hpcfutures._support.journal_files import JournalReader, journal_stats
 
 
@@ -72,7 +73,7 @@ def test_closure_values_helpers_and_partials_are_covered():
 def test_keys_do_not_depend_on_string_hashing():
     """A frozenset constant (``x in {"a", "b"}``) iterates in a per-process order."""
     script = ("import sys; sys.path[:0] = sys.argv[1:]\n"
-              "from hpcfutures._facade.journal import function_digest\n"
+              "from hpcfutures._facade.fingerprints import function_digest\n"
               "def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta'}\n"
               "print(function_digest(f).hex())\n")
     digests = {subprocess.run([sys.executable, "-c", script, *sys.path], check=True,

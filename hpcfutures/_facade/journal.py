@@ -9,11 +9,10 @@
                          client, is appended to this process's segment
                          (batched per loop iteration: _support/journal_files.py)
 
-What a fingerprint covers: the function's module and qualified name; its code
-(bytecode, constants, names, nested functions), its defaults and the values
-in its closure; module-level functions and simple constants (numbers,
-strings, tuples of them) it names directly, followed the same way; and the
-arguments as pickled.  What it cannot see: files the function reads, other
+What a fingerprint covers: the function, as :mod:`.fingerprints` digests it
+(its module and qualified name; its code, defaults and closure; module-level
+functions and simple constants it names directly); and the arguments as
+pickled.  What it cannot see: files the function reads, other
 global state, the environment, randomness.  A call whose arguments hold a
 future of this executor is keyed by that future's own fingerprint.  Exceptions
 are never recorded, so failed calls run again.
@@ -27,7 +26,6 @@ import hashlib
 import logging
 import pickle
 import threading
-import types
 import weakref
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -43,124 +41,15 @@ from .._support.journal_files import (
     payload_of,
 )
 from .arguments import futures_in, swap_futures
+from .fingerprints import function_digest, pickled
 from .futures import TaskFuture, settle
 
-__all__ = ["Journal", "function_digest", "journal_name", "open_journal", "resumed_results"]
+__all__ = ["Journal", "journal_name", "open_journal", "resumed_results"]
 
 logger = logging.getLogger("hpcfutures")
 
 #: Values among map items that may hold a future (then keyed one by one).
 _MAY_HOLD_FUTURES = (cf.Future, list, tuple, set, dict)
-#: Plain values a function may name from its module: their value is in its fingerprint.
-_SIMPLE = (int, float, complex, str, bytes, bool, type(None))
-
-
-# ------------------------------------------------------------- fingerprints
-def function_digest(fn: Any) -> bytes:
-    """A digest of what ``fn`` computes, as far as its code and captured values show."""
-    parts: list[bytes] = []
-    _describe(fn, parts, set())
-    return hashlib.blake2b(b"\0".join(parts), digest_size=KEY_SIZE).digest()
-
-
-def _describe(obj: Any, parts: list[bytes], seen: set[int]) -> None:
-    if id(obj) in seen:
-        parts.append(b"<again>")
-        return
-    seen.add(id(obj))
-    if isinstance(obj, types.FunctionType):
-        parts.append(f"fn {obj.__module__}.{obj.__qualname__}".encode())
-        _describe_code(obj.__code__, parts)
-        for value in (obj.__defaults__, obj.__kwdefaults__):
-            parts.append(_pickled(value))
-        for cell in obj.__closure__ or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                parts.append(b"<empty>")
-                continue
-            _describe_value(value, parts, seen)
-        _describe_globals(obj, parts, seen)
-    elif isinstance(obj, functools.partial):
-        parts.append(b"partial")
-        _describe(obj.func, parts, seen)
-        parts.append(_pickled((obj.args, sorted(obj.keywords.items()))))
-    elif isinstance(obj, types.MethodType):
-        parts.append(b"method")
-        _describe(obj.__func__, parts, seen)
-        parts.append(_pickled(obj.__self__))
-    elif isinstance(obj, (types.BuiltinFunctionType, type)):
-        parts.append(f"ref {getattr(obj, '__module__', '')}."
-                     f"{getattr(obj, '__qualname__', repr(obj))}".encode())
-        bound = getattr(obj, "__self__", None)
-        if bound is not None and not isinstance(bound, (types.ModuleType, type)):
-            parts.append(_pickled(bound))  # a built-in method: its object counts (d.get)
-    else:  # a callable object: its class's __call__ and its own state
-        call = next((c.__dict__["__call__"] for c in type(obj).__mro__
-                     if "__call__" in c.__dict__), None)
-        parts.append(f"object {type(obj).__module__}.{type(obj).__qualname__}".encode())
-        if isinstance(call, types.FunctionType):
-            _describe(call, parts, seen)
-        parts.append(_pickled(obj))
-
-
-def _describe_value(value: Any, parts: list[bytes], seen: set[int]) -> None:
-    """A captured value: functions by what they compute, anything else as pickled."""
-    if isinstance(value, (types.FunctionType, functools.partial, types.MethodType)):
-        _describe(value, parts, seen)
-    else:
-        parts.append(_pickled(value))
-
-
-def _describe_globals(fn: types.FunctionType, parts: list[bytes], seen: set[int]) -> None:
-    """Functions and plain constants of ``fn``'s own module that its code names."""
-    module_globals = fn.__globals__
-    for name in sorted(_names(fn.__code__)):
-        value = module_globals.get(name)
-        if isinstance(value, types.FunctionType) and value.__module__ == fn.__module__:
-            _describe(value, parts, seen)
-        elif isinstance(value, _SIMPLE) or (
-                isinstance(value, tuple) and all(isinstance(v, _SIMPLE) for v in value)):
-            parts.append(f"global {name}={value!r}".encode())
-
-
-def _names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
-
-
-def _describe_code(code: types.CodeType, parts: list[bytes]) -> None:
-    """Bytecode, names and constants; not line numbers or the file's name."""
-    parts.append(code.co_code)
-    parts.append(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
-                       code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
-                       code.co_flags)).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _describe_code(const, parts)
-        else:
-            parts.append(_canonical(const).encode())
-
-
-def _canonical(const: Any) -> str:
-    """A constant's text, the same in every process (frozenset order depends on hashing)."""
-    if isinstance(const, frozenset):
-        return "frozenset(" + ",".join(sorted(_canonical(c) for c in const)) + ")"
-    if isinstance(const, tuple):
-        return "(" + ",".join(_canonical(c) for c in const) + ")"
-    return f"{type(const).__name__}:{const!r}"
-
-
-def _pickled(value: Any) -> bytes:
-    try:
-        return pickle.dumps(value, protocol=5)
-    except Exception:
-        import cloudpickle
-
-        return cloudpickle.dumps(value, protocol=5)
 
 
 class _FutureResult:
@@ -231,7 +120,7 @@ class Journal:
             if futures_in(args, kwargs):
                 args = swap_futures(args, self._stand_in)
                 kwargs = swap_futures(kwargs, self._stand_in)
-            payload = _pickled((args, sorted(kwargs.items()) if kwargs else ()))
+            payload = pickled((args, sorted(kwargs.items()) if kwargs else ()))
         except Exception:
             return None
         return hashlib.blake2b(digest + payload, digest_size=KEY_SIZE).digest()
@@ -315,7 +204,7 @@ class Journal:
 
     def _payload(self, name: str, value: Any) -> bytes | None:
         try:
-            return _pickled(value)
+            return pickled(value)
         except Exception as err:
             self._not_journaled(name, err)
             return None
