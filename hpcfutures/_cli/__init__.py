@@ -13,11 +13,11 @@ import json
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from . import submit
+from .serving import play_serving_role
 
-__all__ = ["SUBCOMMANDS", "Subcommand", "main", "play_serving_role"]
+__all__ = ["SUBCOMMANDS", "Subcommand", "main"]
 
 #: Copies ``hpcfutures run`` starts without ``-n`` (it says so).
 DEFAULT_COPIES = 4
@@ -124,32 +124,6 @@ def _serve(args: argparse.Namespace) -> int:
         settings, idle_timeout=args.idle_timeout), {
         "scheduler_file": args.scheduler_file, "timeout": args.timeout, "host": args.host,
         "interface": args.interface})
-
-
-def play_serving_role(command: str, play: Callable[[Any], int],
-                      overrides: dict[str, Any]) -> int:
-    """Run ``play(settings)`` as one rank of a serving launch, then leave at once.
-
-    Shared by ``hpcfutures serve`` and ``hpcfutures join``: an hpcfutures error
-    is one line (status 2 for a bad setting, else 1), never a traceback.
-    """
-    import logging
-    import os
-
-    from .._errors import HPCFuturesError
-    from .._support.config import resolve_settings
-
-    try:
-        status = play(resolve_settings(overrides))
-    except HPCFuturesError as err:
-        print(f"hpcfutures {command}: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
-    # Leave at once, as every serving rank of a launch does: a task still
-    # running in a worker thread must not keep the rank (and the job) alive.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 def _stop(args: argparse.Namespace) -> int:

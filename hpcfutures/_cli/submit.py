@@ -85,7 +85,7 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
-    from .._facade.allocate import Allocation
+    from .._facade.batchjob import Allocation
     from .._launch.outside import expand_path
     from ..launchers._batchfind import detect_batch_system, get_batch_system
     from ..launchers._batchscript import Request, memory_megabytes, parse_walltime
@@ -148,7 +148,7 @@ def _name_of(command: list[str]) -> str:
 def join(args: argparse.Namespace) -> int:
     from .._launch.outside import expand_path
     from .._launch.serving import join
-    from . import play_serving_role
+    from .serving import play_serving_role
 
     return play_serving_role("join", lambda settings: join(settings, expand_path(args.file)), {
         "timeout": args.timeout, "host": args.host, "interface": args.interface})
