@@ -99,7 +99,7 @@ class MapMethods:
             # Each window of items is its own map, read when the one before is
             # done (an MPI task's reservation and the journal's lookup take a
             # whole list): bounded memory, at the cost of a pause between windows.
-            return self._windowed_map(fn, source, timeout, chunksize, buffersize, progress)
+            return self._windowed_map(fn, source, end_time, chunksize, buffersize, progress)
         with self._lock:
             bridge = self._usable_bridge()
             bar = None if mode == "off" else open_bar(mode, None, fn)
@@ -109,13 +109,25 @@ class MapMethods:
         return run.results(end_time)
 
     def _windowed_map(self, fn: Callable[..., Any], source: Iterator[tuple[Any, ...]],
-                      timeout: float | None, chunksize: int, buffersize: int,
+                      end_time: float | None, chunksize: int, buffersize: int,
                       progress: bool | str | None) -> Iterator[Any]:
-        end_time = None if timeout is None else timeout + time.monotonic()
-        while window := list(itertools.islice(source, buffersize)):
+        """``buffersize`` items at a time, each window a map of its own; the first goes
+        at once, as the stdlib's first ``buffersize`` calls do, the next ones when the
+        caller has taken the results before them."""
+        def window_map(window: list[tuple[Any, ...]]) -> Iterator[Any]:
             left = None if end_time is None else max(end_time - time.monotonic(), 0.0)
-            yield from self.map(fn, *zip(*window, strict=True), timeout=left,
-                                chunksize=chunksize, progress=progress)
+            return self.map(fn, *zip(*window, strict=True), timeout=left,
+                            chunksize=chunksize, progress=progress)
+
+        first = list(itertools.islice(source, buffersize))
+        started = window_map(first) if first else iter(())
+
+        def results() -> Iterator[Any]:
+            yield from started
+            while window := list(itertools.islice(source, buffersize)):
+                yield from window_map(window)
+
+        return results()
 
     def _mpi_map(self, task: MPITask, iterables: tuple[Iterable[Any], ...],
                  timeout: float | None, chunksize: int) -> Iterator[Any]:
