@@ -503,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     fd = os.open(credentials, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(new_credentials(), handle)
+    from benchmarks.jobs.scale_hosts import write_pem_files
+
+    write_pem_files(credentials)
     results = []
     try:
         for n in sizes:

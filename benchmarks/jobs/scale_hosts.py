@@ -248,17 +248,30 @@ async def host_dask(args: argparse.Namespace) -> dict[str, Any]:
     return {"outcomes": _tally(outcomes.values()), "file_reads": None}
 
 
-def dask_security(credentials: Path) -> Any:
-    """Dask's Security from a JSON file of PEM text (``{"cert": ..., "key": ...}``)."""
-    from distributed import Security
+def write_pem_files(credentials: Path) -> None:
+    """Write the certificate and key of ``credentials`` beside it, for Dask's Security.
 
+    Done once, by ``scale.py`` before it starts any process: when every hosting
+    process wrote them itself on first need, two starting at once raced on the
+    exclusive create and one died before saying ``WAITING`` (seen once in CI).
+    """
     pem = json.loads(credentials.read_text())
     cert, key = credentials.with_suffix(".crt"), credentials.with_suffix(".key")
     for path, text in ((cert, pem["cert"]), (key, pem["key"])):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+
+
+def dask_security(credentials: Path) -> Any:
+    """Dask's Security from the PEM files :func:`write_pem_files` put beside ``credentials``."""
+    from distributed import Security
+
+    cert, key = credentials.with_suffix(".crt"), credentials.with_suffix(".key")
+    for path in (cert, key):
         if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
+            raise FileNotFoundError(f"{path} is missing: scale.py writes it before it "
+                                    "starts the processes that read it")
     return Security(require_encryption=True, tls_ca_file=str(cert),
                     tls_client_cert=str(cert), tls_client_key=str(key),
                     tls_scheduler_cert=str(cert), tls_scheduler_key=str(key),
