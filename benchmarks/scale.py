@@ -158,7 +158,8 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path,
            "SCALE_CALLS": str(args.calls_per_worker * workers), "SCALE_SECONDS": str(args.seconds),
-           "SCALE_WORKERS": str(workers), "SCALE_IDLE": str(args.idle)}
+           "SCALE_WORKERS": str(workers), "SCALE_IDLE": str(args.idle),
+           "SCALE_THROUGHPUT": args.throughput}
     env.pop("HPCFUTURES_LOG_DIR", None)
     ranks_env = {"HPCFUTURES_LOG_DIR": str(work / "rank-logs")} if args.rank_logs else {}
     launch = {"HPCFUTURES_SIZE": str(workers + 2),
@@ -257,7 +258,10 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
 def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], scheduler_file: Path,
             hosts: list[subprocess.Popen[str]], args: argparse.Namespace) -> dict[str, Any]:
     """Watch the launch's phases; kill the first host after the first result."""
-    deadline = time.monotonic() + args.timeout * 4
+    # The timed maps may run up to CUT_AFTER (10) times their ideal on Dask's side.
+    deadline = time.monotonic() + args.timeout * 4 + 10 * sum(
+        int(calls) * float(seconds) for calls, seconds in
+        (part.split("x") for part in args.throughput.split(",") if part))
     while not scheduler_file.exists():
         if time.monotonic() > deadline or scheduler.poll() is not None:
             raise RuntimeError(f"no scheduler file {scheduler_file} appeared")
@@ -292,6 +296,11 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             out["map_cores"] = {"hosts": (_cpu_of(hosts) - map_from[1]) / span,
                                 "scheduler": (cpu_seconds(scheduler.pid) - map_from[2]) / span,
                                 "client": (cpu_seconds(client.pid) - map_from[3]) / span}
+        elif what == "THROUGHPUT":
+            _, label, took, ideal, rate, *cut = rest.split()
+            out.setdefault("throughput", {})[label] = {
+                "seconds": float(took), "ideal": float(ideal), "tasks_per_second": float(rate),
+                "given_up": cut[0].startswith("cut") if cut else False}
         elif what == "MAPPING":
             # Half a call into the map: every worker runs its first call.
             time.sleep(max(when + args.seconds / 2 - time.time(), 0.0))
@@ -447,6 +456,7 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
          cell(lambda r: "failed" if r.get("error") else "—" if r.get("map_cores") is None
               else "+".join(f"{r['map_cores'][k]:.2f}"
                             for k in ("hosts", "scheduler", "client")))),
+        *throughput_rows(results, sizes, cell),
         ("map done after killing 10 % of the workers (the second), s",
          cell(num("after_kill"))),
         ("killed workers whose death was certified (by their watchers)",
@@ -461,6 +471,33 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
     head = "| hpcfutures / Dask | " + " | ".join(f"N = {n:,}" for n in sizes) + " |"
     rule = "|---|" + "---|" * len(sizes)
     return "\n".join([head, rule] + [f"| {name} | " + " | ".join(c) + " |" for name, c in rows])
+
+
+def throughput_rows(results: list[dict[str, Any]], sizes: list[int], cell: Any) -> list[Any]:
+    """Rows of the timed maps: how far from the ideal, and the Dask tasks a second it took."""
+    labels: list[str] = []
+    for r in results:
+        labels += [label for label in r.get("throughput", {}) if label not in labels]
+    rows = []
+    for label in labels:
+        calls, seconds = label.split("x")
+
+        def ratio(r: dict[str, Any], label: str = label) -> str:
+            got = r.get("throughput", {}).get(label)
+            if r.get("error") or got is None:
+                return "failed" if r.get("error") else "—"
+            if got.get("given_up"):
+                return f"given up at {got['seconds']:.0f} ({got['seconds'] / got['ideal']:.0f} x)"
+            return f"{got['seconds']:.1f} ({got['seconds'] / got['ideal']:.2f} x)"
+
+        def rate(r: dict[str, Any], label: str = label) -> str:
+            got = r.get("throughput", {}).get(label)
+            return "failed" if r.get("error") else "—" if got is None else (
+                f"{got['tasks_per_second']:,.0f}")
+
+        rows.append((f"map of {calls} N calls of {seconds} s, s (x the ideal)", cell(ratio)))
+        rows.append(("  its Dask tasks a second", cell(rate)))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,13 +524,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank-logs", action="store_true",
                         help="the scheduler and the client log at INFO, Dask's included, to "
                         "rank-*.log files in the logs' directory (implies --keep)")
+    parser.add_argument("--throughput", default="20x0.5,100x0.05",
+                        help="maps timed against the ideal, after the first: CALLSxSECONDS "
+                             "(calls per worker, seconds each), comma-separated; '' for none")
     parser.add_argument("--quick", action="store_true",
                         help="the smoke run: 16 workers on 4 hosts, no long wait")
     args = parser.parse_args(argv)
     args.keep = args.keep or args.rank_logs
     if args.quick:
         args.ranks, args.hosts, args.wait_first, args.seconds = "16", 4, 0.0, 0.2
-        args.idle = 0.5
+        args.idle, args.throughput = 0.5, "20x0.02,100x0.002"
     sizes = [int(n) for n in args.ranks.split(",")]
     work = Path(tempfile.mkdtemp(prefix="hpcfutures-scale-"))
     sys.path.insert(0, str(ROOT))

@@ -153,6 +153,54 @@ def test_durations_are_learned_from_what_groups_report():
     assert batcher.durations.get(cube) is None
 
 
+# ------------------------------------------------ groups follow the cluster
+def test_a_large_launch_groups_calls_at_its_pace_to_the_end_of_a_map():
+    """1,000 threads asking for a task every 50 ms would want 20,000 tasks a second;
+    groups of one second of work (1,000 threads / TASKS_PER_SECOND) ask 1,000."""
+    batcher = engine(threads=1000, square=0.05)
+    assert batcher.pace() == pytest.approx(1000 / batching.TASKS_PER_SECOND)
+    calls_per_group = round(batcher.pace() / 0.05)
+    stream = Stream(square, range(100_000))
+    batcher.open(stream)
+    stream.next_size = 1000
+    assert set(sizes(batcher.plan())) == {calls_per_group}
+    tail = Stream(square, range(1000))  # fewer calls than threads: still at the pace
+    other = engine(threads=1000, square=0.05)
+    other.open(tail)
+    tail.next_size = 1000
+    assert sizes(other.plan()) == [calls_per_group] * (1000 // calls_per_group)
+
+
+def test_the_pace_is_a_floor_calls_longer_than_half_of_it_go_two_by_two():
+    batcher = engine(threads=1000, square=0.6)  # measured a little over 0.5 s
+    stream = Stream(square, range(20_000))
+    batcher.open(stream)
+    stream.next_size = 1
+    assert set(sizes(batcher.plan())) == {2}
+
+
+def test_a_small_launch_keeps_groups_of_fifty_milliseconds():
+    batcher = engine(threads=8, square=0.01)
+    assert batcher.pace() < batching.TARGET_SECONDS
+    stream = Stream(square, range(100_000))
+    batcher.open(stream)
+    stream.next_size = 1000
+    assert set(sizes(batcher.plan())) == {5}
+
+
+def test_an_unmeasured_function_on_a_large_launch_is_probed_not_flooded():
+    """The first round of a 20,000-call map on 1,000 threads: a hundred one-call
+    probes, then fair shares of the rest, one task per place, every thread busy."""
+    batcher = engine(threads=1000)
+    stream = Stream(slow, range(20_000))
+    batcher.open(stream)
+    first = sizes(batcher.plan())
+    assert len(first) == batcher.budget() == 2000
+    assert first[:batching.PROBES] == [1] * batching.PROBES
+    assert min(first[batching.PROBES:]) > 1
+    assert sum(first) > 10_000  # over half the map goes out in 2,000 tasks
+
+
 # -------------------------------------------------------- the submit stream
 class Held:
     """A stand-in for a held call's future: only ``done()`` is asked."""

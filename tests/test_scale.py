@@ -277,13 +277,14 @@ def test_the_scale_harness_runs_small_and_prints_its_table(tmp_path):
         assert result["wrong"] == 0 and set(result["outcomes"]) == {"exit 0"}, result
         assert result["client_status"] == 0 and result["scheduler_status"] == 0, result
         assert result["warm_map"] > 0 and result["after_kill"] > 0, result
+        assert set(result["throughput"]) == {"20x0.02", "100x0.002"}, result
     ours = next(r for r in data["results"] if r["side"] == "hpcfutures")
     # the killed host's stand-in watchers certified each of its 4 workers' deaths
     assert ours["certified"] == 4, ours
     for row in ("ready after the scheduler file appeared", "scheduler CPU per join",
                 "scheduler descriptors", "scheduler-file reads", "nothing lost",
-                "map done after killing",
-                "shutdown"):
+                "map done after killing", "map of 100 N calls of 0.002 s",
+                "its Dask tasks a second", "shutdown"):
         assert row in job.stdout, job
 
 

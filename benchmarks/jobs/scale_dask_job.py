@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from distributed import Client
+from distributed import Client, wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.jobs.scale_hosts import dask_security
@@ -18,11 +18,23 @@ CALLS = int(os.environ.get("SCALE_CALLS", "300"))
 SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
 IDLE = float(os.environ.get("SCALE_IDLE", "0"))
 WORKERS = int(os.environ["SCALE_WORKERS"])
+#: A timed map still running at this many times its ideal is given up (scale.py).
+CUT_AFTER = 10
 
 
 def work(x):
     time.sleep(SECONDS)
     return x * x
+
+
+THROUGHPUT = [(int(calls), float(seconds)) for calls, seconds in
+              (part.split("x") for part in os.environ.get("SCALE_THROUGHPUT", "").split(",")
+               if part)]
+
+
+def nap(x, seconds):
+    time.sleep(seconds)
+    return x
 
 
 def say(what, *more):
@@ -39,6 +51,20 @@ say("IDLE")
 began = time.time()
 assert client.gather(client.map(work, range(CALLS), pure=False)) == [n * n for n in range(CALLS)]
 say("WARM", time.time() - began)
+for per_worker, seconds in THROUGHPUT:  # one task per call: Dask's own way
+    calls, ideal = per_worker * WORKERS, per_worker * seconds
+    began = time.time()
+    futures = client.map(nap, range(calls), seconds=seconds, pure=False)
+    # Given up at CUT_AFTER times the ideal (the harness's deadline allows it):
+    # 100,000 tasks at Dask's rate here would take many minutes.
+    done, _ = wait(futures, timeout=CUT_AFTER * ideal)
+    took = time.time() - began
+    if len(done) == calls:
+        assert client.gather(futures) == list(range(calls))
+    client.cancel(futures)
+    say("THROUGHPUT", f"{per_worker}x{seconds:g}", took, ideal, len(done) / took,
+        "done" if len(done) == calls else f"cut:{len(done)}")
+    del futures, done
 say("MAPPING")
 wrong = 0
 futures = client.map(work, range(CALLS), pure=False)

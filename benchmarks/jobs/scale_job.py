@@ -28,6 +28,33 @@ def work(x):
     return x * x
 
 
+#: "CALLSxSECONDS,...": maps of CALLS calls per worker of SECONDS each, timed
+#: against the ideal (every worker thread busy from the first call to the last).
+THROUGHPUT = [(int(calls), float(seconds)) for calls, seconds in
+              (part.split("x") for part in os.environ.get("SCALE_THROUGHPUT", "").split(",")
+               if part)]
+
+
+def nap_first(x):
+    time.sleep(THROUGHPUT[0][1])
+    return x
+
+
+def nap_second(x):  # a function of its own: each is measured apart
+    time.sleep(THROUGHPUT[1][1])
+    return x
+
+
+NAPS = [nap_first, nap_second]
+
+
+def tasks_sent(ex):
+    """Dask tasks this executor has sent so far (a benchmark's peek: the sender
+    numbers its tasks' keys with an itertools.count, whose repr shows the next)."""
+    counter = ex._bridge._sender._counter
+    return int(repr(counter)[len("count("):-1])
+
+
 def say(what, *more):
     print(what, repr(time.time()), *more, flush=True)
 
@@ -94,6 +121,13 @@ with hpcfutures.Executor() as ex:
     began = time.time()
     assert list(ex.map(work, range(CALLS))) == [n * n for n in range(CALLS)]
     say("WARM", time.time() - began)
+    for (per_worker, seconds), nap in zip(THROUGHPUT, NAPS, strict=False):  # at most two maps
+        calls, sent = per_worker * WORKERS, tasks_sent(ex)
+        began = time.time()
+        assert list(ex.map(nap, range(calls))) == list(range(calls))
+        took = time.time() - began
+        say("THROUGHPUT", f"{per_worker}x{seconds:g}", took, per_worker * seconds,
+            (tasks_sent(ex) - sent) / took)
     say("MAPPING")
     wrong = 0
     for n, result in enumerate(ex.map(work, range(CALLS))):

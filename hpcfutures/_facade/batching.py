@@ -20,6 +20,16 @@ per running ``map``, one for the plain ``submit`` calls) and the engine cuts
   fewest groups out (then to the one served longest ago), so concurrent maps
   and submits share the workers evenly.
 
+The sizes follow the cluster.  T threads each finishing a group of S seconds
+ask the scheduler for T/S tasks a second, and the scheduler and the client
+manage about :data:`TASKS_PER_SECOND` together, so a group carries at least
+T / :data:`TASKS_PER_SECOND` seconds of work (the *pace*): 50 ms up to 50
+threads, 1 s at 1,000, 10 s at 10,000, at the end of a map too (smaller groups
+there would only queue at the scheduler).  An unmeasured function is probed
+by at most :data:`PROBES` one-call groups; the other places of the first
+round take a fair share of what is left, as ``chunksize`` would, so a launch
+of 10,000 threads starts with as many tasks, not 20,000 single calls.
+
 The engine holds no Dask object and reads no clock: the workers measure each
 call, the owner of a group feeds the seconds back through :meth:`Batcher.done`,
 and the unit tests drive it with made-up durations.
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -48,6 +59,17 @@ IN_FLIGHT_PER_THREAD = 2
 GROWTH = 16
 #: Seconds of work below which a group is not split for load balance.
 MIN_SPLIT_SECONDS = 0.005
+#: Dask tasks a second that the scheduler and the client sustain together, the
+#: rate groups are sized for on large launches.  Dask's own figure is 1,000 to
+#: 3,000 with the client, scheduler and worker each on a core (about 0.3 ms of
+#: scheduler CPU per task); ``benchmarks/scale.py`` measures what this launch
+#: sustains beside Dask's own client (the rows "tasks a second").  The low end,
+#: so that a busy scheduler still has room for heartbeats and joins.
+TASKS_PER_SECOND = 1000
+#: One-call groups of a function not measured yet that may be out at once.
+#: Enough that the first measurement comes back from many workers, few enough
+#: that a large launch's first round is not one task per call.
+PROBES = 100
 #: Shortest duration believed: keeps sizes finite for calls measured as free.
 _FLOOR_SECONDS = 1e-7
 
@@ -145,6 +167,11 @@ class Batcher:
         """Groups that may be out at once: enough to keep every worker thread busy."""
         return IN_FLIGHT_PER_THREAD * max(1, self._threads())
 
+    def pace(self) -> float:
+        """Seconds of work a group carries at least, so that every thread finishing
+        its groups asks no more than :data:`TASKS_PER_SECOND` tasks of the scheduler."""
+        return max(1, self._threads()) / TASKS_PER_SECOND
+
     def drain(self) -> list[tuple[Stream, list]]:
         """Cut nothing from now on; hand back every stream with the calls it held
         (for the caller to fail them, outside the lock).  Groups in flight finish."""
@@ -161,12 +188,12 @@ class Batcher:
         with self._lock:
             if self._drained:
                 return groups
-            budget = self.budget()
+            budget, pace = self.budget(), self.pace()
             while self._in_flight < budget:
                 stream = self._neediest()
                 if stream is None:
                     break
-                calls = self._cut(stream, budget)
+                calls = self._cut(stream, budget, pace)
                 if calls:  # else every call it held was cancelled meanwhile
                     groups.append((stream, calls))
                     self._count_out(stream)
@@ -196,7 +223,7 @@ class Batcher:
             return None
         return min(waiting, key=lambda s: (s.in_flight, s.last_served))
 
-    def _cut(self, stream: Stream, budget: int) -> list:
+    def _cut(self, stream: Stream, budget: int, pace: float) -> list:
         """The next group of ``stream``: the sizing rule of the module docstring."""
         fair = max(1, len(stream.pending) // budget)
         members: list = []
@@ -206,13 +233,19 @@ class Batcher:
             estimate = self.durations.get(fn)
             if estimate is None:  # unknown: a smallest group, which measures it
                 if not members:
-                    members = stream.take(stream.min_size)
+                    probing = stream.in_flight < PROBES
+                    members = stream.take(stream.min_size if probing
+                                          else max(stream.min_size, fair))
                 break
             estimate = max(estimate, _FLOOR_SECONDS)
             measured = True
+            # The pace is a floor (rounded up: calls of 0.6 s at a pace of 1 s go
+            # two by two), the target a goal (rounded down).
+            paced = math.ceil((pace - planned) / estimate - 1e-9)
             cap = min(stream.next_size * GROWTH,
-                      max(fair, int(MIN_SPLIT_SECONDS / estimate)))
-            room = min(int((TARGET_SECONDS - planned) / estimate + 1e-9), cap - len(members))
+                      max(fair, int(MIN_SPLIT_SECONDS / estimate), paced))
+            room = min(max(int((TARGET_SECONDS - planned) / estimate + 1e-9), paced),
+                       cap - len(members))
             room = max(room, stream.min_size - len(members))
             if room <= 0:
                 break
