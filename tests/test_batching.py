@@ -246,10 +246,32 @@ def test_take_out_sends_one_call_at_once_within_the_budget():
     batcher = engine(threads=1, square=0.001)
     stream = submit_stream(batcher, [square, cube, square])
     wanted = stream.pending[1][0]
-    call = batcher.take_out(stream, lambda call: call[0] is wanted)
+    call = batcher.take_out(stream, lambda: stream._claim(wanted))
     assert call[1] is cube and batcher.in_flight == 1
-    assert batcher.take_out(stream, lambda call: call[0] is wanted) is None
+    assert batcher.take_out(stream, lambda: stream._claim(wanted)) is None
     assert sizes(batcher.plan()) == [2]  # one place left: one group, of both squares
+
+
+def test_a_call_sent_alone_is_claimed_without_a_scan_and_never_sent_or_failed_again():
+    """10⁶ held calls: a dependent submit claims its argument's call through the
+    future itself; the entry left in the queue is skipped, and a drain spares it."""
+    batcher = engine(threads=1, square=0.001)
+    stream = submit_stream(batcher, [square] * 5)
+    wanted = stream.pending[0][0]
+    others = [call[0] for call in list(stream.pending)[1:]]
+
+    class Unscannable(collections.deque):
+        def __iter__(self):
+            raise AssertionError("scanned the held calls")
+
+    stream.pending = Unscannable(stream.pending)
+    assert batcher.take_out(stream, lambda: stream._claim(wanted))[0] is wanted
+    assert len(stream.pending) == 5  # left in place, skipped when at the front
+    assert [call[0] for _, calls in batcher.plan() for call in calls] == others
+    # A drain fails the calls still held; the one sent alone is running: spared
+    # (settling a stand-in would raise here).
+    stream.drained([(wanted, square, (1,), {})], error=RuntimeError("drained"))
+    assert wanted._held is None
 
 
 # ----------------------------------------------------- sharing the budget

@@ -190,12 +190,12 @@ class AllocatedExecutor(ConnectedExecutor):
                 return
             minimum, maximum = self._adaptive
             current = sum(job.request.array or 1 for job in self.worker_jobs)
-            target = adaptive_target(len(bridge.outstanding()), bridge.worker_threads(),
+            target = adaptive_target(bridge.waiting(), bridge.worker_threads(),
                                      current, minimum, maximum)
             try:
                 if target != current:
                     self.scale(target)
-                elif not bridge.outstanding():
+                elif not bridge.waiting():
                     self._cancel_pending(keep=minimum)
             except Exception as err:  # never take the user's thread down
                 logger.warning("adapt could not scale to %d worker jobs: %s", target, err)

@@ -144,19 +144,18 @@ class Batcher:
         with self._lock:
             stream.pending.append(call)
 
-    def take_out(self, stream: Stream, wanted: Callable[[Any], bool]) -> Any:
-        """Remove the first call ``wanted`` picks and count it as a group in flight.
+    def take_out(self, stream: Stream, claim: Callable[[], Any]) -> Any:
+        """Count the call ``claim`` takes off ``stream`` as a group in flight.
 
         For a call that must go at once, alone (its future became an argument);
-        returns None if no waiting call matches.
+        ``claim`` runs under the engine's lock and returns None if that call no
+        longer waits.
         """
         with self._lock:
-            for index, call in enumerate(stream.pending):
-                if wanted(call):
-                    del stream.pending[index]
-                    self._count_out(stream)
-                    return call
-        return None
+            call = claim()
+            if call is not None:
+                self._count_out(stream)
+            return call
 
     # ----------------------------------------------------------------- groups
     @property
