@@ -49,11 +49,17 @@ async def follow_cluster(client: Client, changed: Callable[[int, int], None]) ->
     ``map`` started just after the launch would size its chunks for the
     workers present at start-up (typically one of many).
     """
+    heard = False
+
     def announced(event: tuple[float, dict[str, int]]) -> None:
+        nonlocal heard
+        heard = True
         changed(event[1]["workers"], event[1]["threads"])
 
-    client.subscribe_topic(CLUSTER_TOPIC, announced)
-    changed(*await cluster_size(client))
+    client.subscribe_topic(CLUSTER_TOPIC, announced)  # the handler; the scheduler's side:
+    now = await cluster_size(client, subscribe=True)
+    if not heard:  # else an announcement newer than this answer came first
+        changed(*now)
 
 
 class Knock(enum.Enum):

@@ -17,7 +17,14 @@ from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from distributed import Client, Scheduler
 
-from ._common import CLUSTER_SIZE_OP, HOST_KEY, RELEASED_OP, WORKER_CHANGES_OP, scheduler_rpc
+from ._common import (
+    CLUSTER_SIZE_OP,
+    CLUSTER_TOPIC,
+    HOST_KEY,
+    RELEASED_OP,
+    WORKER_CHANGES_OP,
+    scheduler_rpc,
+)
 
 __all__ = [
     "DashboardFacts",
@@ -76,12 +83,18 @@ class DashboardFacts(TypedDict):
     bokeh: bool
 
 
-async def cluster_size(client: Client) -> tuple[int, int]:
+async def cluster_size(client: Client, subscribe: bool = False) -> tuple[int, int]:
     """(workers, threads) connected right now, asked of the scheduler.
 
     Two numbers, where Dask's ``ncores`` answers with every worker's: the
-    client asks twice a second while calls are outstanding."""
-    workers, threads = await getattr(scheduler_rpc(client), CLUSTER_SIZE_OP)()
+    client asks twice a second while calls are outstanding.  ``subscribe``:
+    the scheduler also subscribes this client to the cluster's announcements,
+    before it counts.  Dask's own subscription travels on the client's batched
+    stream, which this question overtakes: a worker that joined in between was
+    neither counted nor announced (4 runs in 5 of the seam test on Python 3.10).
+    """
+    ask = getattr(scheduler_rpc(client), CLUSTER_SIZE_OP)
+    workers, threads = await (ask(subscribe=client.id) if subscribe else ask())
     return int(workers), int(threads)
 
 
@@ -101,8 +114,12 @@ class WorkerChanges:
 
     def install(self, scheduler: Scheduler) -> None:
         scheduler.handlers[WORKER_CHANGES_OP] = self.since
-        scheduler.handlers[CLUSTER_SIZE_OP] = lambda: (len(scheduler.workers),
-                                                       int(scheduler.total_nthreads))
+        def size(subscribe: str | None = None) -> tuple[int, int]:
+            if subscribe is not None:  # see cluster_size
+                scheduler.subscribe_topic(CLUSTER_TOPIC, subscribe)
+            return len(scheduler.workers), int(scheduler.total_nthreads)
+
+        scheduler.handlers[CLUSTER_SIZE_OP] = size
 
     def joined(self, scheduler: Scheduler, address: str) -> None:
         state = scheduler.workers.get(address)
