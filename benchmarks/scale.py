@@ -258,10 +258,11 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
 def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], scheduler_file: Path,
             hosts: list[subprocess.Popen[str]], args: argparse.Namespace) -> dict[str, Any]:
     """Watch the launch's phases; kill the first host after the first result."""
-    # The timed maps may run up to CUT_AFTER (10) times their ideal on Dask's side.
-    deadline = time.monotonic() + args.timeout * 4 + 10 * sum(
-        int(calls) * float(seconds) for calls, seconds in
-        (part.split("x") for part in args.throughput.split(",") if part))
+    from benchmarks.jobs.scale_hosts import CUT_AFTER, timed_maps
+
+    # The timed maps may run up to CUT_AFTER times their ideal on Dask's side.
+    deadline = time.monotonic() + args.timeout * 4 + CUT_AFTER * sum(
+        calls * seconds for calls, seconds in timed_maps(args.throughput))
     while not scheduler_file.exists():
         if time.monotonic() > deadline or scheduler.poll() is not None:
             raise RuntimeError(f"no scheduler file {scheduler_file} appeared")

@@ -13,14 +13,12 @@ from pathlib import Path
 from distributed import Client, wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.jobs.scale_hosts import dask_security
+from benchmarks.jobs.scale_hosts import CUT_AFTER, dask_security, timed_maps
 
 CALLS = int(os.environ.get("SCALE_CALLS", "300"))
 SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
 IDLE = float(os.environ.get("SCALE_IDLE", "0"))
 WORKERS = int(os.environ["SCALE_WORKERS"])
-#: A timed map still running at this many times its ideal is given up (scale.py).
-CUT_AFTER = 10
 
 
 def work(x):
@@ -28,9 +26,7 @@ def work(x):
     return x * x
 
 
-THROUGHPUT = [(int(calls), float(seconds)) for calls, seconds in
-              (part.split("x") for part in os.environ.get("SCALE_THROUGHPUT", "").split(",")
-               if part)]
+THROUGHPUT = timed_maps(os.environ.get("SCALE_THROUGHPUT", ""))
 
 
 def nap(x, seconds):

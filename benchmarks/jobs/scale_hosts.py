@@ -248,6 +248,18 @@ async def host_dask(args: argparse.Namespace) -> dict[str, Any]:
     return {"outcomes": _tally(outcomes.values()), "file_reads": None}
 
 
+#: A timed map of Dask's side still running at this many times its ideal is given
+#: up (``scale_dask_job.py``); ``scale.py``'s deadline allows for it.
+CUT_AFTER = 10
+
+
+def timed_maps(spec: str) -> list[tuple[int, float]]:
+    """``"CALLSxSECONDS,..."`` (``scale.py --throughput``): (calls per worker, seconds
+    per call) of each map timed against the ideal."""
+    return [(int(calls), float(seconds))
+            for calls, seconds in (part.split("x") for part in spec.split(",") if part)]
+
+
 def write_pem_files(credentials: Path) -> None:
     """Write the certificate and key of ``credentials`` beside it, for Dask's Security.
 

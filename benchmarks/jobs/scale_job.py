@@ -16,6 +16,7 @@ import sys
 import time
 
 import hpcfutures
+from benchmarks.jobs.scale_hosts import timed_maps
 
 CALLS = int(os.environ.get("SCALE_CALLS", "300"))
 SECONDS = float(os.environ.get("SCALE_SECONDS", "1.0"))
@@ -30,9 +31,7 @@ def work(x):
 
 #: "CALLSxSECONDS,...": maps of CALLS calls per worker of SECONDS each, timed
 #: against the ideal (every worker thread busy from the first call to the last).
-THROUGHPUT = [(int(calls), float(seconds)) for calls, seconds in
-              (part.split("x") for part in os.environ.get("SCALE_THROUGHPUT", "").split(",")
-               if part)]
+THROUGHPUT = timed_maps(os.environ.get("SCALE_THROUGHPUT", ""))
 
 
 def nap_first(x):
