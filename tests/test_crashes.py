@@ -339,57 +339,170 @@ def test_a_done_future_drops_its_recipe():
     assert future._recipe is None
 
 
+class _DaskFuture:
+    """What Completions reads of a Dask future: its status, and a wait for its end."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self.status, self.computed = key, "finished", asyncio.Event()
+        self.computed.set()
+
+    def lose(self) -> None:  # Dask's client on 'lost-data': computed again later
+        self.status = "lost"
+        self.computed.clear()
+
+    def compute_again(self) -> None:
+        self.status = "finished"
+        self.computed.set()
+
+    async def exception(self):
+        await self.computed.wait()
+        return None
+
+
+class _GatheringClient:
+    """Answers gathers with squares; a gather holding a key in ``stuck`` waits for
+    ``release`` (a slow worker, or a dead one Dask keeps trying)."""
+
+    def __init__(self, stuck=()) -> None:
+        self.asked, self.cancelled, self.stuck = [], [], set(stuck)
+        self.release, self.in_flight, self.most = asyncio.Event(), 0, 0
+
+    async def gather(self, futures):
+        self.asked.append([f.key for f in futures])
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            if self.stuck & {f.key for f in futures}:
+                await self.release.wait()
+            else:
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self.cancelled.append(True)
+            raise
+        finally:
+            self.in_flight -= 1
+        return [int(f.key) ** 2 for f in futures]
+
+
+async def _until(condition, what: str, seconds: float = 5.0) -> None:
+    async def poll():
+        while not condition():
+            await asyncio.sleep(0.005)
+    try:
+        await asyncio.wait_for(poll(), seconds)
+    except (asyncio.TimeoutError, TimeoutError):
+        raise AssertionError(f"not within {seconds} s: {what}") from None
+
+
+async def _turns(n: int) -> None:
+    """Let the loop run ``n`` rounds: what was going to happen at once has happened."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 def test_a_worker_leaving_mid_gather_asks_again_and_never_cancels_dasks_gather():
     """The crash test hung in CI: a worker left while the client gathered results, the
     gather was cancelled to be asked again, and a Dask gather cancelled before its turn
     breaks every later gather of its client (test_dask_seams pins that): no result was
-    ever delivered again.  Now the old gather is left to end on its own."""
+    ever delivered again.  Now the old gather is left to end on its own, and the
+    batch's result that was lost is asked for again once Dask computed it anew."""
     from hpcfutures._facade.completions import Completions
 
-    class DaskFuture:
-        status = "finished"
-
-        def __init__(self, key):
-            self.key = key
-
-        async def exception(self):
-            return None
-
-    class Client:
-        def __init__(self):
-            self.asked, self.cancelled, self.first = [], [], asyncio.Event()
-
-        async def gather(self, futures):
-            self.asked.append([f.key for f in futures])
-            if len(self.asked) == 1:  # the dead worker's: never answers
-                try:
-                    await self.first.wait()
-                except asyncio.CancelledError:
-                    self.cancelled.append(True)
-                    raise
-            return [int(f.key) ** 2 for f in futures]
-
-    client = Client()
+    client = _GatheringClient(stuck={"1"})
     completions = Completions(client, lost=lambda: None)
     futures = [TaskFuture() for _ in range(3)]
+    lost = _DaskFuture("1")
 
     async def scenario():
-        completions.follow(DaskFuture("1"), futures[0])
-        while not client.asked:
-            await asyncio.sleep(0)
+        completions.follow(lost, futures[0])
+        await _until(lambda: client.asked, "the first gather")
+        lost.lose()  # its worker died holding it
         completions.worker_left()
-        completions.follow(DaskFuture("2"), futures[1])
-        completions.follow(DaskFuture("3"), futures[2])
-        for _ in range(200):
-            if all(f.done() for f in futures):
-                break
-            await asyncio.sleep(0.01)
-        client.first.set()  # the old gather ends at last: nothing breaks
+        completions.follow(_DaskFuture("2"), futures[1])
+        completions.follow(_DaskFuture("3"), futures[2])
+        await _until(lambda: futures[1].done() and futures[2].done(), "the later results")
+        client.stuck.clear()
+        lost.compute_again()
+        await _until(futures[0].done, "the lost result, computed again")
+        client.release.set()  # the old gather ends at last: nothing breaks
         await asyncio.sleep(0.01)
 
     asyncio.run(scenario())
     assert [f.result(timeout=0) for f in futures] == [1, 4, 9]
-    assert client.cancelled == [] and client.asked[1][0] == "1"
+    assert client.cancelled == [] and ["1"] in client.asked[1:]
+
+
+def test_a_slow_batch_holds_back_only_itself():
+    """Several batches are fetched at once: results that finish while one gather waits
+    on a slow worker are delivered, not queued behind it (one gather at a time did)."""
+    from hpcfutures._facade.completions import Completions
+
+    client = _GatheringClient(stuck={"1"})
+    completions = Completions(client, lost=lambda: None)
+    futures = [TaskFuture() for _ in range(4)]
+
+    async def scenario():
+        completions.follow(_DaskFuture("1"), futures[0])
+        await _until(lambda: client.asked, "the slow gather")
+        for n in (2, 3, 4):
+            completions.follow(_DaskFuture(str(n)), futures[n - 1])
+        await _until(lambda: all(f.done() for f in futures[1:]), "the results after the slow one")
+        assert not futures[0].done()
+        client.release.set()
+        await _until(futures[0].done, "the slow result")
+
+    asyncio.run(scenario())
+    assert [f.result(timeout=0) for f in futures] == [1, 4, 9, 16]
+
+
+def test_a_worker_leaving_disturbs_only_batches_that_held_its_results():
+    """A wave of departures (an idle release) whose workers held none of the results
+    being fetched asks for nothing again: each result is gathered once (every leave
+    restarted the gather in progress before, thousands of times in a wave)."""
+    from hpcfutures._facade.completions import Completions
+
+    client = _GatheringClient(stuck={"1"})
+    completions = Completions(client, lost=lambda: None)
+    future = TaskFuture()
+
+    async def scenario():
+        completions.follow(_DaskFuture("1"), future)
+        await _until(lambda: client.asked, "the gather")
+        for _ in range(1000):
+            completions.worker_left()
+        await _turns(50)
+        client.release.set()
+        await _until(future.done, "the result")
+
+    asyncio.run(scenario())
+    assert future.result(timeout=0) == 1 and client.asked == [["1"]]
+
+
+def test_batches_in_flight_are_bounded():
+    """At most GATHERS batches are fetched at once; what finishes meanwhile waits and
+    goes out together (Dask's client runs five gathers at a time)."""
+    from hpcfutures._facade.completions import GATHERS, Completions
+
+    stuck = {str(n) for n in range(1, GATHERS + 1)}
+    client = _GatheringClient(stuck=stuck)
+    completions = Completions(client, lost=lambda: None)
+    futures = [TaskFuture() for _ in range(GATHERS + 10)]
+
+    async def scenario():
+        for n in range(1, GATHERS + 1):
+            completions.follow(_DaskFuture(str(n)), futures[n - 1])
+            await _until(lambda n=n: len(client.asked) == n, f"gather {n}")
+        for n in range(GATHERS + 1, GATHERS + 11):
+            completions.follow(_DaskFuture(str(n)), futures[n - 1])
+        await _turns(50)
+        assert completions.fetching == GATHERS and len(client.asked) == GATHERS
+        client.release.set()
+        await _until(lambda: all(f.done() for f in futures), "every result")
+
+    asyncio.run(scenario())
+    assert client.most == GATHERS
+    assert [f.result(timeout=0) for f in futures] == [n * n for n in range(1, GATHERS + 11)]
+    assert len(client.asked) == GATHERS + 1  # the ten that waited went out as one batch
 
 
 # ---------------------------------------------------------------- end to end

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .futures import TaskFuture
 
-__all__ = ["futures_in", "plain_rows", "refuse_foreign_futures", "swap_futures"]
+__all__ = ["futures_in", "plain_rows", "plain_values", "refuse_foreign_futures", "swap_futures"]
 
 #: What Dask opens to resolve its futures (``dask._task_spec.parse_input``).
 _CONTAINERS = (list, tuple, set, dict)
@@ -113,7 +113,13 @@ def plain_rows(rows: list[tuple]) -> bool:
     whose instances may claim another class (``isinstance`` believes their
     ``__class__``: proxies, mocks) sends its map to the walk instead.
     """
-    classes = set(map(type, itertools.chain.from_iterable(rows)))
+    return plain_values(itertools.chain.from_iterable(rows))
+
+
+def plain_values(values: Iterable[Any]) -> bool:
+    """Whether ``values`` (each call's only argument) hold no future and no container
+    (as :func:`plain_rows`, in C)."""
+    classes = set(map(type, values))
     return not any(issubclass(cls, _WORTH_A_LOOK) or _masked(cls) for cls in classes)
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from .._errors import BrokenHPCExecutor, TimeLimitError
-from .._remote.calls import run_chunk_task, run_task
+from .._remote.calls import Rows, run_chunk_task, run_task
 from .._support.loop import LoopThread
 from .._support.patience import Patience
 from .arguments import futures_in
@@ -156,7 +156,7 @@ class TaskBridge:
         self._loop.call_soon(self._mpi_calls.start, futures, task, calls, least, lanes)
         return futures
 
-    def send_chunk(self, fn: Callable[..., Any], chunk: list[tuple],
+    def send_chunk(self, fn: Callable[..., Any], chunk: list[tuple] | Rows,
                    depends: bool) -> TaskFuture:
         """Queue a map chunk cut by the engine (loop thread, sent by this flush)."""
         future = TaskFuture()

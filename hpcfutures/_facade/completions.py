@@ -2,9 +2,11 @@
 
 The scheduler streams each task's end to the client; a finished task's result
 is then fetched together with every other result ready at that moment (one
-``gather`` for the lot).  If a batch cannot be fetched whole, its results are
-fetched one by one, so that one unpicklable result fails only its own future.
-Loop thread only.
+``gather`` for the lot).  Up to :data:`GATHERS` such batches are fetched at
+once, so that a slow worker holds back only the batch it is in, and a worker
+that leaves disturbs only the batches that held one of its results.  If a
+batch cannot be fetched whole, its results are fetched one by one, so that one
+unpicklable result fails only its own future.  Loop thread only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from .._errors import RemoteTraceback, SerializationError
 from .._remote.calls import restore_traceback
 from .futures import TaskFuture, settle
 
-__all__ = ["Completions"]
+__all__ = ["GATHERS", "Completions"]
+
+#: Batches of results fetched at once.  Dask's client runs at most five gathers
+#: at a time (its gather semaphore) and folds a gather that waits for its turn
+#: into the one waiting before it; four keep a slot free for the batch asked again
+#: after a worker left while the abandoned one still ends on its own.
+GATHERS = 4
+
+_Batch = list[tuple[Any, TaskFuture]]
 
 
 class Completions:
@@ -36,20 +46,31 @@ class Completions:
         #: ``recover(dask_future, future, exception)``: whether it takes over a task
         #: lost with its worker (recovery.py); set by the bridge.
         self.recover: Callable[[Any, TaskFuture, BaseException], bool] | None = None
-        self._ready: list[tuple[Any, TaskFuture]] = []
-        self._gathering = False
+        self._ready: _Batch = []
+        #: The batches being fetched, each with the future that abandons it.
+        self._fetching: dict[int, tuple[_Batch, asyncio.Future[None]]] = {}
+        self._batches = 0
         #: Tasks running in the background, kept so the loop does not drop them.
         self._background: set[asyncio.Future] = set()
-        #: Set by worker_left while a gather is in progress: stop waiting for it.
-        self._abandon: asyncio.Future[None] | None = None
+
+    @property
+    def fetching(self) -> int:
+        """Batches being fetched now (at most :data:`GATHERS`)."""
+        return len(self._fetching)
 
     def worker_left(self) -> None:
-        """A worker left: stop waiting for the gather in progress, and ask again.
+        """A worker left: stop waiting for the batches that held one of its results.
 
-        Results it held are computed again elsewhere, but a gather already under
-        way keeps trying the dead worker's address (Dask's connect retries a
-        refused connection for its whole timeout, and then asks again), and
-        every result that finished since waits behind it.
+        Dask told the client of each result that was only on that worker
+        (``lost-data``, sent before the scheduler's plug-ins hear of the
+        departure, so before this) and computes it again; a gather already
+        under way would keep trying the dead worker's address (Dask's connect
+        retries a refused connection for its whole timeout, and then asks
+        again), and every other result of its batch would wait behind it.
+        Such a batch is asked again: its results still held elsewhere in a new
+        gather, its lost ones once computed again.  Batches without a lost
+        result go on undisturbed, so a wave of departures (an idle release)
+        costs nothing.
 
         The old gather is left to end on its own, never cancelled: Dask's client
         lets gathers that arrive while one waits for its turn join that one, and
@@ -58,8 +79,9 @@ class Completions:
         with (distributed 2025.9 to 2026.8 at least: the crash test hung in CI,
         with every result after a worker's death never delivered).
         """
-        if self._abandon is not None and not self._abandon.done():
-            self._abandon.set_result(None)
+        for batch, abandon in list(self._fetching.values()):
+            if not abandon.done() and any(d.status != "finished" for d, _ in batch):
+                abandon.set_result(None)
 
     def in_background(self, awaitable: Any) -> asyncio.Future:
         """Run ``awaitable`` on the loop without waiting for it (kept alive until it ends)."""
@@ -83,9 +105,7 @@ class Completions:
             status = dask_future.status
         if status == "finished":
             self._ready.append((dask_future, future))
-            if not self._gathering:
-                self._gathering = True
-                self.in_background(self._gather_ready())
+            self._fetch_more()
         elif status == "error":
             if self.recover is not None and self.recover(dask_future, future, exception):
                 return
@@ -93,38 +113,52 @@ class Completions:
         elif not future.done():
             self._lost()
 
-    async def _gather_ready(self) -> None:
-        """Fetch finished results in batches: one round trip for many tasks."""
-        try:
-            while self._ready:
-                batch, self._ready = self._ready, []
-                wanted = [(d, f) for d, f in batch if not f.done()]
-                if not wanted:
-                    continue
-                fetch = self.in_background(self._client.gather([d for d, _ in wanted]))
-                abandon = self._abandon = asyncio.get_running_loop().create_future()
-                try:
-                    # Not cancelled with this task (the loop stopping): see worker_left.
-                    await asyncio.wait({fetch, abandon}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    self._abandon = None
-                if not fetch.done():  # a worker left: ask again (see worker_left)
-                    fetch.add_done_callback(functools.partial(_late, wanted))
-                    self._ready[:0] = wanted
-                    continue
-                try:
-                    values = fetch.result()
-                except (Exception, asyncio.CancelledError):
-                    values = None
-                if values is None:
-                    await self._gather_one_by_one(wanted)
-                    continue
-                for (_, future), value in zip(wanted, values, strict=False):
-                    settle(future, result=value)
-        finally:
-            self._gathering = False
+    def _fetch_more(self) -> None:
+        """Start fetching what is ready, while fewer than :data:`GATHERS` batches are."""
+        while self._ready and len(self._fetching) < GATHERS:
+            batch, self._ready = self._ready, []
+            batch = [(d, f) for d, f in batch if not f.done()]
+            if batch:
+                self._batches += 1
+                abandon = asyncio.get_running_loop().create_future()
+                self._fetching[self._batches] = (batch, abandon)
+                self.in_background(self._fetch(self._batches, batch, abandon))
 
-    async def _gather_one_by_one(self, batch: list[tuple[Any, TaskFuture]]) -> None:
+    async def _fetch(self, number: int, batch: _Batch, abandon: asyncio.Future[None]) -> None:
+        """Fetch one batch of finished results: one round trip for many tasks."""
+        try:
+            fetch = self.in_background(self._client.gather([d for d, _ in batch]))
+            # Not cancelled with this task (the loop stopping): see worker_left.
+            await asyncio.wait({fetch, abandon}, return_when=asyncio.FIRST_COMPLETED)
+            if not fetch.done():  # it held a lost result: ask again (see worker_left)
+                fetch.add_done_callback(functools.partial(_late, batch))
+                self._ask_again(batch)
+                return
+            try:
+                values = fetch.result()
+            except (Exception, asyncio.CancelledError):
+                values = None
+            if values is None:
+                await self._gather_one_by_one(batch)
+                return
+            for (_, future), value in zip(batch, values, strict=False):
+                settle(future, result=value)
+        finally:
+            del self._fetching[number]
+            self._fetch_more()
+
+    def _ask_again(self, batch: _Batch) -> None:
+        """An abandoned batch: what is still finished is fetched anew, the rest
+        once Dask has computed it again."""
+        for dask_future, future in batch:
+            if future.done():
+                continue
+            if dask_future.status == "finished":
+                self._ready.append((dask_future, future))
+            else:
+                self.follow(dask_future, future)
+
+    async def _gather_one_by_one(self, batch: _Batch) -> None:
         for dask_future, future in batch:
             try:
                 value = await self._client.gather(dask_future)
@@ -139,7 +173,7 @@ class Completions:
                 settle(future, result=value)
 
 
-def _late(batch: list[tuple[Any, TaskFuture]], fetch: asyncio.Future) -> None:
+def _late(batch: _Batch, fetch: asyncio.Future) -> None:
     """An abandoned gather ended: its results settle what is still waiting (the
     gather asked again settles the rest); its error, if any, is dropped."""
     if fetch.cancelled() or fetch.exception() is not None:

@@ -21,6 +21,11 @@ generator runs in bounded memory, and the client holds at most that many
 calls and results.  The iterator is read on the consumer's thread (the
 user's generator need not be thread-safe), and an exception it raises comes
 out of the results iterator after the results before it, as in 3.14.
+
+A map over one ``range``, list or tuple of plain values (no future, no
+container) is cut into slices of that sequence (:class:`Rest`) instead of a
+list of one-element tuples: a ``range`` of ten million calls costs the client
+nothing before its results, and each chunk of it travels as three numbers.
 """
 
 from __future__ import annotations
@@ -31,24 +36,65 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
 
-from .._remote.calls import ChunkOutcome, restore_traceback
+from .._remote.calls import ChunkOutcome, Rows, restore_traceback
 from .arguments import futures_in, plain_rows
 from .batching import Stream
 from .futures import TaskFuture
 from .progress import MapProgress
 
-__all__ = ["MapRun"]
+__all__ = ["MapRun", "Rest"]
+
+
+class Rest:
+    """The calls of a ``map`` over one sequence not yet cut into chunks: the
+    sequence from a position on, each value a call's only argument.
+
+    Chunks are slices of the sequence, so the client holds no per-call object
+    (ten million one-element tuples were 0.6 GB before the first call went).
+    The sequence must not change while the map runs: a ``range`` or tuple, or
+    a copy of the caller's list.
+    """
+
+    __slots__ = ("_items", "_start")
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self._items = items
+        self._start = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._start
+
+    def __iter__(self) -> Iterator[tuple]:
+        """The calls left, as argument tuples."""
+        return ((value,) for value in self._items[self._start:])
+
+    def take(self, n: int) -> Sequence[Any]:
+        """The next ``n`` values at most (a slice of the sequence), taken off."""
+        start = self._start
+        chunk = self._items[start:start + n]
+        self._start = start + len(chunk)
+        return chunk
+
+    def clear(self) -> None:
+        self._items, self._start = (), 0
 
 
 class MapRun(Stream):
     """One ``map`` call: a stream of argument tuples; collects chunk outcomes in order."""
 
-    def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple],
+    def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple] | Rest,
                  chunksize: int, *, progress: MapProgress | None = None,
                  record: Callable[[int, list], None] | None = None,
                  positions: Sequence[int] | None = None,
                  source: Iterator[tuple] | None = None, buffersize: int | None = None) -> None:
-        super().__init__(fn, items, min_size=chunksize)
+        rest = items if isinstance(items, Rest) else None
+        super().__init__(fn, () if rest is not None else items, min_size=chunksize)
+        if rest is not None:
+            # Of ``pending``, the engine asks only its length, its calls and clear()
+            # (take is overridden below): a Rest answers them without a deque.
+            self.pending = rest  # type: ignore[assignment]
+        #: The sequence the calls are cut from (None: ``pending`` holds argument tuples).
+        self._rest = rest
         #: Where more items come from, ``buffersize`` ahead of the consumer at most
         #: (None: ``items`` is the whole map).
         self._source = source
@@ -67,7 +113,7 @@ class MapRun(Stream):
         self._opened = False
         self._dispatched = 0
         #: Whether items hold this executor's futures (then each chunk is resolved).
-        self._depends = not plain_rows(items) and any(
+        self._depends = not isinstance(items, Rest) and not plain_rows(items) and any(
             isinstance(f, TaskFuture) for f in futures_in(items))
         self._in_flight: dict[Any, int] = {}
         self._outcomes: dict[int, ChunkOutcome] = {}
@@ -100,13 +146,19 @@ class MapRun(Stream):
             self.drained(calls, self._bridge.drained)
         return self
 
-    def dispatch(self, calls: list) -> None:
+    def take(self, n: int) -> Any:
+        if self._rest is None:
+            return super().take(n)
+        return self._rest.take(n)
+
+    def dispatch(self, calls: Any) -> None:
         """Send a chunk the engine cut off this map (loop thread)."""
         with self._cond:
             if self._stopped:  # cancelled since the engine cut it
                 future = None
             else:
-                future = self._bridge.send_chunk(self.fn, calls, self._depends)
+                chunk = calls if self._rest is None else Rows(calls, spread=False)
+                future = self._bridge.send_chunk(self.fn, chunk, self._depends)
                 start, end = self._dispatched, self._dispatched + len(calls)
                 future._places = (range(start, end) if self._positions is None
                                   else self._positions[start:end])

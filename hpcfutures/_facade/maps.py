@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .._launch.session import Session
-from .arguments import refuse_foreign_futures
+from .arguments import plain_values, refuse_foreign_futures
 from .bridge import TaskBridge
 from .closing import Closer
 from .journal import Journal, journal_name, resumed_results
-from .mapping import MapRun
+from .mapping import MapRun, Rest
 from .mpilanes import lanes
 from .mpitask import MPITask, check_launch, results_in_order
 from .progress import open_bar, progress_mode
@@ -76,12 +76,13 @@ class MapMethods:
             return self._mpi_map(fn, iterables, timeout, chunksize)
         mode = self._session.settings.progress if progress is None else progress_mode(progress)
         end_time = None if timeout is None else timeout + time.monotonic()
-        items = _argument_tuples(iterables)
+        items = _map_calls(iterables)
         with self._lock:
             bridge = self._usable_bridge()
             journal = self._journal_now()
             if journal is not None:
-                return self._journaled_map(journal, bridge, fn, items, chunksize, mode,
+                tuples = list(items) if isinstance(items, Rest) else items
+                return self._journaled_map(journal, bridge, fn, tuples, chunksize, mode,
                                            end_time)
             bar = None if mode == "off" else open_bar(mode, len(items), fn)
             run = MapRun(bridge, fn, items, chunksize, progress=bar).start()
@@ -167,6 +168,25 @@ class MapMethods:
             self._closer.map_runs.add(run)
             inner = run.results(end_time)
         return resumed_results(found, inner)
+
+
+def _map_calls(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]] | Rest:
+    """Every call of an eager ``map``: the one sequence's values where they are
+    plain (:class:`~.mapping.Rest`), else each call's argument tuple."""
+    if len(iterables) != 1:
+        return _argument_tuples(iterables)
+    source = iterables[0]
+    if type(source) is range:  # integers only, and immutable: used as it is
+        return Rest(source)
+    if type(source) is tuple:
+        values: Sequence[Any] = source
+    elif type(source) is list:
+        values = source.copy()  # the caller may change theirs once map returns
+    else:  # read in Python code, for the reason _argument_tuples gives
+        values = [value for value in source]
+    if plain_values(values):
+        return Rest(values)
+    return [(value,) for value in values]
 
 
 def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]]:

@@ -92,8 +92,8 @@ class Sender:
                 if resolved is None:
                     continue
                 args, kwargs = resolved
-            elif runner is run_chunk_task:  # no future inside: Dask need not look
-                args = (Rows(args[0]),)
+            elif runner is run_chunk_task and not isinstance(args[0], Rows):
+                args = (Rows(args[0]),)  # no future inside: Dask need not look
             # One graph per runner; per call count too when counts are annotated.
             calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
             name = getattr(fn, "__name__", "task")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import cloudpickle
@@ -130,7 +130,7 @@ class ChunkOutcome:
         return self.values, error
 
 
-def run_chunk(fn: Callable[..., Any], chunk: list, spread: bool = True) -> ChunkOutcome:
+def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True) -> ChunkOutcome:
     """Call ``fn`` on each argument tuple of a ``map`` chunk, in order (with
     ``spread`` false, ``chunk`` holds each call's only argument instead).
 
@@ -174,12 +174,20 @@ class Rows:
 
     __slots__ = ("items", "spread")
 
-    def __init__(self, items: list, spread: bool = True) -> None:
-        #: Argument tuples (``spread``), or else each call's only argument.
+    def __init__(self, items: Sequence, spread: bool = True) -> None:
+        #: Argument tuples (``spread``), or else each call's only argument: then
+        #: a slice of the map's own sequence (a ``range`` travels as three numbers).
         self.items = items
         self.spread = spread
 
-    def __reduce__(self) -> tuple[Any, tuple[list, bool]]:
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[tuple]:
+        """Each call's argument tuple (what a chunk sent as a list holds)."""
+        return iter(self.items) if self.spread else ((value,) for value in self.items)
+
+    def __reduce__(self) -> tuple[Any, tuple[Sequence, bool]]:
         items = self.items
         if self.spread and items and len(items[0]) == 1:
             return Rows, ([arguments[0] for arguments in items], False)
