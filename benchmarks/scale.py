@@ -159,7 +159,7 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
     env = {**os.environ, "PYTHONPATH": path,
            "SCALE_CALLS": str(args.calls_per_worker * workers), "SCALE_SECONDS": str(args.seconds),
            "SCALE_WORKERS": str(workers), "SCALE_IDLE": str(args.idle),
-           "SCALE_THROUGHPUT": args.throughput}
+           "SCALE_THROUGHPUT": args.throughput, "SCALE_GATHER": args.gather}
     env.pop("HPCFUTURES_LOG_DIR", None)
     ranks_env = {"HPCFUTURES_LOG_DIR": str(work / "rank-logs")} if args.rank_logs else {}
     launch = {"HPCFUTURES_SIZE": str(workers + 2),
@@ -525,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank-logs", action="store_true",
                         help="the scheduler and the client log at INFO, Dask's included, to "
                         "rank-*.log files in the logs' directory (implies --keep)")
+    parser.add_argument("--gather", choices=("workers", "scheduler"), default="workers",
+                        help="hpcfutures' client fetches results from the workers (its "
+                             "default) or through the scheduler (to compare the two)")
     parser.add_argument("--throughput", default="20x0.5,100x0.05",
                         help="maps timed against the ideal, after the first: CALLSxSECONDS "
                              "(calls per worker, seconds each), comma-separated; '' for none")

@@ -251,9 +251,14 @@ class MapRun(Stream):
                         break
                 outcome = self._wait_for(position, end_time)
                 values = outcome.values
-                values.reverse()
+                values.reverse()  # popped as yielded: the caller's copy is the only one
+                pop = values.pop
+                if self._source is None:  # nothing to read ahead: the tightest loop
+                    position += len(values)
+                    while values:
+                        yield pop()
                 while values:
-                    yield values.pop()
+                    yield pop()
                     position += 1
                     self._read_ahead(position)
                 if outcome.error is not None:
