@@ -110,17 +110,19 @@ def measure_endless(side: str, seconds: float) -> dict[str, Any]:
         settle(ex)
         idle = rss_mb()
         began = time.perf_counter()
-        early = None
+        early = half = None
         consumed = 0
         for value in ex.map(noop, itertools.count(), buffersize=BUFFERSIZE):
             consumed = value + 1
             spent = time.perf_counter() - began
             if early is None and spent > seconds / 10:
                 early = rss_mb() - idle
+            if half is None and spent > seconds / 2:
+                half = rss_mb() - idle
             if spent > seconds:
                 break
         late = rss_mb() - idle
-    return {"early_mb": early, "late_mb": late, "consumed": consumed}
+    return {"early_mb": early, "half_mb": half, "late_mb": late, "consumed": consumed}
 
 
 def one(kind: str, side: str, size: float, chunksize: int) -> dict[str, Any]:
@@ -173,9 +175,9 @@ def table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         ("  peak client memory over idle, MB", cell("map-hpcfutures", "{peak_over_idle_mb:.0f}"),
          cell("map-processpool", "{peak_over_idle_mb:.0f}")),
         (f"endless map, buffersize={BUFFERSIZE}, {args.endless:g} s: memory over idle "
-         "after a tenth / at the end, MB",
-         cell("endless-hpcfutures", "{early_mb:.0f} / {late_mb:.0f}"),
-         cell("endless-processpool", "{early_mb:.0f} / {late_mb:.0f}")),
+         "after a tenth / half / at the end, MB",
+         cell("endless-hpcfutures", "{early_mb:.0f} / {half_mb:.0f} / {late_mb:.0f}"),
+         cell("endless-processpool", "{early_mb:.0f} / {half_mb:.0f} / {late_mb:.0f}")),
         ("  calls consumed", cell("endless-hpcfutures", "{consumed:,}"),
          cell("endless-processpool", "{consumed:,}")),
     ]
