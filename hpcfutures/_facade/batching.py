@@ -144,6 +144,10 @@ class Batcher:
         with self._lock:
             stream.pending.append(call)
 
+    def extend(self, stream: Stream, calls: list) -> None:
+        with self._lock:
+            stream.pending.extend(calls)
+
     def take_out(self, stream: Stream, claim: Callable[[], Any]) -> Any:
         """Count the call ``claim`` takes off ``stream`` as a group in flight.
 
