@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import typing
 
 import pytest
 from helpers import JOBS, hpcfutures_run, run_job
@@ -15,7 +16,7 @@ import hpcfutures
 from hpcfutures._cli import main as cli_main
 from hpcfutures._facade.fingerprints import function_digest
 from hpcfutures._facade.journal import Journal, open_journal
-from hpcfutures._support.journal_files import journal_stats
+from hpcfutures._support.journal_files import JournalReader, journal_stats
 
 
 def now(callback):
@@ -219,3 +220,138 @@ def test_a_lazy_map_records_and_resumes_window_by_window(tmp_path):
             assert list(results) == [-x for x in range(12)], run
     ran = sorted(int(path.name.split("-")[0]) for path in markers.iterdir())
     assert ran == list(range(12))  # each call once: the second run resumed them all
+
+
+# ------------------------------------------------------- at 10^7 entries (issue 26)
+class _Noted:
+    """A result that notes the thread pickling it, and whether its gate was open then."""
+
+    threads: typing.ClassVar[list] = []
+    handed = threading.Event()
+
+    def __init__(self, value, gates=None):
+        self.value, self.gates = value, gates
+
+    def __reduce__(self):
+        gate = None
+        if self.gates is not None:
+            assert _Noted.handed.wait(30)  # the test holds the gate now
+            gate = self.gates[0]
+        _Noted.threads.append((threading.current_thread().name,
+                               None if gate is None else gate.is_set()))
+        return _Noted, (self.value,)
+
+
+def test_map_results_are_pickled_and_written_by_the_writer_thread(tmp_path):
+    """Pickling, writing and fsyncing a map chunk happen on the journal's own thread,
+    not on the caller's (the client's event loop, in a run); the chunk's gate opens
+    once its results are pickled, and the map yields them only after."""
+    journal = Journal(tmp_path, now)
+    _, _, keys = journal.split_map(abs, [(v,) for v in range(4)])
+    gates: list = []
+    _Noted.threads = []
+    gates.append(journal.record_values(keys, 0, [_Noted(v, gates) for v in range(4)], "abs"))
+    _Noted.handed.set()
+    assert gates[0].wait(30)
+    journal.close()
+    assert _Noted.threads == [("hpcfutures-journal", False)] * 4
+    rerun = Journal(tmp_path, now)
+    found, missing, _ = rerun.split_map(abs, [(v,) for v in range(4)])
+    assert not missing and [pickle.loads(rerun.payload(*e)).value for e in found] == [0, 1, 2, 3]
+    rerun.close()
+
+
+def _entries(tmp_path, count, per_record):
+    """A journal of ``count`` results of ``abs`` over range(count), written directly."""
+    from hpcfutures._support.journal_files import encode_record
+
+    keys = Journal(tmp_path, now).map_keys(abs)([(v,) for v in range(count)])
+    segment = tmp_path / "direct.hpj"
+    with open(segment, "wb") as file:
+        for start in range(0, count, per_record):
+            file.write(encode_record("abs", [(key, pickle.dumps(start + n)) for n, key in
+                                             enumerate(keys[start:start + per_record])]))
+    return keys
+
+
+def test_the_index_holds_little_per_call(tmp_path):
+    """A rerun of the same map finds every call without an object per call (the cursor);
+    the full index, needed for a call the records do not lead to, stays under 150 bytes a
+    call (the dict of key bytes to tuples it replaces held about 300)."""
+    import tracemalloc
+
+    count = 100_000
+    keys = _entries(tmp_path, count, per_record=1000)
+    reader = JournalReader(tmp_path)
+    tracemalloc.start()
+    try:
+        starts, stops = reader.index.locate(keys)
+        in_order = tracemalloc.get_traced_memory()[1]
+        assert starts.count(-1) == 0 and reader.index._full is None
+        assert [pickle.loads(reader.payload(starts[n], stops[n])) for n in (0, 999, 99_999)] \
+            == [0, 999, 99_999]
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        assert reader.find(b"\1" * 32) is None  # not recorded: the full index decides
+        full = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert in_order < 24 * count, in_order  # the two arrays of places, and nothing per call
+    assert reader.index._full is not None and full < 150 * count, full / count  # 120 here
+    shuffled = keys[::-1]
+    starts, _ = reader.index.locate(shuffled)
+    assert starts.count(-1) == 0
+    reader.close()
+
+
+def test_keys_that_share_their_first_bits_are_told_apart(tmp_path):
+    from hpcfutures._support.journal_files import encode_record
+
+    twins = [b"same8bit" + bytes([n]) * 24 for n in range(3)]
+    (tmp_path / "twins.hpj").write_bytes(b"".join(
+        encode_record("f", [(key, pickle.dumps(n))]) for n, key in enumerate(twins[:2])))
+    reader = JournalReader(tmp_path)
+    assert reader.find(twins[2]) is None  # the full index: built here
+    assert [pickle.loads(reader.payload(*reader.find(key))) for key in twins[:2]] == [0, 1]
+    assert journal_stats(tmp_path).calls == 2
+    reader.close()
+
+
+class _Held:
+    """A map item whose fingerprint (its pickling) waits until ``release`` is set."""
+
+    release = threading.Event()
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        _Held.release.wait(60)
+        return _Held, (self.value,)
+
+
+def _value_of(item):
+    return item.value if isinstance(item, _Held) else item
+
+
+def test_a_rerun_yields_its_first_result_before_the_whole_map_is_looked_up(tmp_path):
+    """The items are looked up a window at a time on a thread of their own: the first
+    result comes while a later window's fingerprint cannot be computed yet."""
+    from hpcfutures._facade.journal_maps import WINDOW, MapLookup
+
+    values = [*range(WINDOW), _Held(WINDOW)]
+    items = [(v,) for v in values]
+    _Held.release.set()
+    _journal(tmp_path, values, fn=_value_of, chunk=4096)
+    _Held.release.clear()
+    journal = Journal(tmp_path, now)
+    lookup = MapLookup(journal, _value_of, items)
+    fed: list = []
+    lookup.start(lambda items, places: fed.append(places), lambda: fed.append("end"))
+    results = lookup.results((value for value in ()), None)
+    try:
+        assert next(results) == 0 and "end" not in fed  # the last window still waits
+    finally:
+        _Held.release.set()
+    assert list(results) == list(range(1, WINDOW + 1)) and fed == ["end"]
+    journal.close()

@@ -13,10 +13,11 @@ object per call until it has to:
    records (a dict built on the first miss: one entry a record, few for a
    map's chunks).  A rerun of the same map never needs more.
 3. **The full index**, built on the first key neither of those finds (a key
-   that is not recorded, a single ``submit``, a map over other items): a
-   dict from the key's first 60 bits (an int) to the call's packed place
-   (an int), about 100 bytes a call instead of 250; two keys that share those
-   bits (rare: 1 in 10⁴ at 10⁷ calls) go into a small dict of full keys.
+   that is not recorded, a single ``submit``, a map over other items): the
+   first calls' dict, grown to every call, from the key's first 60 bits (an
+   int) to the call's packed place (an int): about 100 bytes a call instead
+   of 250; a key that shares those bits with another (a chance of 1 in
+   20,000 that any two do, at 10⁷ calls) goes into a small dict of full keys.
 
 A call's place is packed in one int, ``view number << 40 | offset``: segments
 stay under a terabyte.
@@ -68,7 +69,7 @@ class CallIndex:
     # ------------------------------------------------------------------ lookups
     def locate(self, keys: list[bytes | None]) -> Places:
         """Each key's result place, in one loop: the cursor, the records, the index."""
-        starts, stops = array("q", bytes(8 * len(keys))), array("q", bytes(8 * len(keys)))
+        starts, stops = array("q", [0]) * len(keys), array("q", [0]) * len(keys)
         views, unpack = self.views, _CALL.unpack_from
         number, call, end = self._at
         view = views[number] if call >= 0 else None
@@ -172,7 +173,8 @@ class CallIndex:
     def build(self, counted: Callable[[int, int], None] | None = None) -> None:
         """Index every call by key prefix (the first of each key wins); ``counted(view
         number, record offset)`` is told of each key's first call."""
-        full: dict[int, int] = {}
+        # The first calls' dict grows into the full index: one entry a call, not two.
+        full: dict[int, int] = {} if self._firsts is None else self._firsts
         self._collisions = {}
         setdefault, prefix_of, views = full.setdefault, _PREFIX.unpack_from, self.views
         for number, record, call in self.calls():
@@ -185,7 +187,7 @@ class CallIndex:
                 self._collisions[key] = packed
             if counted is not None:
                 counted(number, record)
-        self._full = full
+        self._full = self._firsts = full
 
     def calls(self) -> Iterator[tuple[int, int, int]]:
         """Every intact call, as (view number, record offset, call offset), in order."""
