@@ -27,11 +27,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import mmap
 import pickle
 import threading
 import weakref
-from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +158,9 @@ class Journal:
         """Let go of the journal's pages read so far (see ``CallIndex.release``)."""
         self._reader.index.release()
 
-    def payloads(self, starts: array, stops: array) -> Iterator[bytes | None]:
-        """The pickled results :meth:`locate` found (None for those it did not)."""
-        return self._reader.index.payloads(starts, stops)
+    def views(self) -> list[mmap.mmap]:
+        """The segments' maps, where :meth:`locate`'s places point."""
+        return self._reader.index.views
 
     def submit(self, bridge: Any, fn: Callable[..., Any], args: tuple,
                kwargs: dict) -> TaskFuture:

@@ -32,15 +32,15 @@ import struct
 from array import array
 from collections.abc import Callable, Iterator
 
-__all__ = ["CallIndex", "Places"]
+__all__ = ["OFFSET", "SHIFT", "CallIndex", "Places"]
 
 _HEADER = struct.Struct("<4sQI")
 _NAME = struct.Struct("<H")
 #: A call's header: its key and its result's length.
 _CALL = struct.Struct("<32sQ")
 _PREFIX = struct.Struct("<Q")
-_SHIFT = 40
-_OFFSET = (1 << _SHIFT) - 1
+SHIFT = 40
+OFFSET = (1 << SHIFT) - 1
 
 #: Where a window of calls' results lie: packed payload start (-1: not
 #: recorded) and payload end, one of each per call.
@@ -83,7 +83,7 @@ class CallIndex:
                     start = call + 40
                     stop = start + length
                     if stop <= end:
-                        starts[place], stops[place] = number << _SHIFT | start, stop
+                        starts[place], stops[place] = number << SHIFT | start, stop
                         call = stop
                         if call == end:
                             number, call, end = self._next_record(number, end)
@@ -101,7 +101,7 @@ class CallIndex:
             if stop > end:  # a malformed record that passed its CRC: not trusted
                 starts[place], view = -1, None
                 continue
-            starts[place], stops[place] = number << _SHIFT | start, stop
+            starts[place], stops[place] = number << SHIFT | start, stop
             call = stop
             if call == end:
                 number, call, end = self._next_record(number, end)
@@ -111,13 +111,7 @@ class CallIndex:
 
     def payload(self, start: int, stop: int) -> bytes:
         """A located result's pickled bytes (``start`` as :meth:`locate` packs it)."""
-        return self.views[start >> _SHIFT][start & _OFFSET:stop]
-
-    def payloads(self, starts: array, stops: array) -> Iterator[bytes | None]:
-        """Each located result's pickled bytes, None where not recorded (one loop)."""
-        views = self.views
-        for start, stop in zip(starts, stops, strict=True):
-            yield None if start < 0 else views[start >> _SHIFT][start & _OFFSET:stop]
+        return self.views[start >> SHIFT][start & OFFSET:stop]
 
     def release(self) -> None:
         """Let go of the pages of the segments read so far (they stay in the page
@@ -150,11 +144,11 @@ class CallIndex:
                 for record in offsets:
                     call, end = _calls_of(view, record)
                     if call + 40 <= end:
-                        setdefault(prefix_of(view, call)[0] >> 4, number << _SHIFT | call)
+                        setdefault(prefix_of(view, call)[0] >> 4, number << SHIFT | call)
         packed = self._firsts.get(_PREFIX.unpack_from(key)[0] >> 4)
         if packed is None or self._key_at(packed) != key:
             return None  # not a first call (or a prefix two records share: the full index)
-        return packed >> _SHIFT, packed & _OFFSET
+        return packed >> SHIFT, packed & OFFSET
 
     def _find(self, key: bytes) -> tuple[int, int] | None:
         if self._full is None:
@@ -163,11 +157,11 @@ class CallIndex:
         packed = self._full.get(_PREFIX.unpack_from(key)[0] >> 4)
         if packed is not None and self._key_at(packed) != key:
             packed = self._collisions.get(key)
-        return None if packed is None else (packed >> _SHIFT, packed & _OFFSET)
+        return None if packed is None else (packed >> SHIFT, packed & OFFSET)
 
     def _key_at(self, packed: int) -> bytes:
-        call = packed & _OFFSET
-        return self.views[packed >> _SHIFT][call:call + 32]
+        call = packed & OFFSET
+        return self.views[packed >> SHIFT][call:call + 32]
 
     # ------------------------------------------------------------- full index
     def build(self, counted: Callable[[int, int], None] | None = None) -> None:
@@ -178,7 +172,7 @@ class CallIndex:
         self._collisions = {}
         setdefault, prefix_of, views = full.setdefault, _PREFIX.unpack_from, self.views
         for number, record, call in self.calls():
-            packed = number << _SHIFT | call
+            packed = number << SHIFT | call
             first = setdefault(prefix_of(views[number], call)[0] >> 4, packed)
             if first != packed:
                 key = self._key_at(packed)
