@@ -102,7 +102,7 @@ class MapLookup:
                 for start, stop in zip(starts, stops, strict=True):  # the hot loop: inlined
                     yield next(inner) if start < 0 else loads(
                         views[start >> SHIFT][start & OFFSET:stop])
-                if number % 8 == 7:
+                if number % 8 == 7:  # let go of the pages read (more often costs faults)
                     self._journal.release_pages()
         finally:
             self._stopped = True

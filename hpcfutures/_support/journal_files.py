@@ -86,6 +86,18 @@ def _segments(directory: Path) -> list[Path]:
         return []
 
 
+#: Bytes of a segment read between two releases of its pages.
+_RELEASE_EVERY = 64 << 20
+
+
+def _release(view: mmap.mmap, start: int, end: int) -> int:
+    """Let go of the pages of ``view`` from ``start`` (page-aligned) to ``end``."""
+    end -= end % mmap.PAGESIZE
+    with contextlib.suppress(OSError, ValueError):  # not on this system: kept
+        view.madvise(mmap.MADV_DONTNEED, start, end - start)
+    return end
+
+
 def _scan(view: mmap.mmap, segment: Segment) -> None:
     """Find a segment's intact records: one header and one CRC (in C) each; their
     calls are read when looked up (:mod:`.journal_index`)."""
@@ -93,8 +105,11 @@ def _scan(view: mmap.mmap, segment: Segment) -> None:
     memory = memoryview(view)
     unpack_header, crc32, header = _HEADER.unpack_from, zlib.crc32, _HEADER.size
     append = segment.records.append
+    released = 0
     try:
         while offset < size:
+            if offset - released > _RELEASE_EVERY:  # a mapped page read counts as memory
+                released = _release(view, released, offset)
             body = offset + header
             if body + _NAME.size > size:
                 break
