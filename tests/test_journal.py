@@ -276,8 +276,8 @@ def _entries(tmp_path, count, per_record):
 
 def test_the_index_holds_little_per_call(tmp_path):
     """A rerun of the same map finds every call without an object per call (the cursor);
-    the full index, needed for a call the records do not lead to, stays under 150 bytes a
-    call (the dict of key bytes to tuples it replaces held about 300)."""
+    the full index, built after a few keys the records do not lead to, stays under 150
+    bytes a call (the dict of key bytes to tuples it replaces held 253)."""
     import tracemalloc
 
     count = 100_000
@@ -292,7 +292,7 @@ def test_the_index_holds_little_per_call(tmp_path):
             == [0, 999, 99_999]
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
-        assert reader.find(b"\1" * 32) is None  # not recorded: the full index decides
+        reader.index.build()  # as after a few keys that are not recorded
         full = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -304,6 +304,30 @@ def test_the_index_holds_little_per_call(tmp_path):
     reader.close()
 
 
+def test_calls_recorded_twice_do_not_need_the_full_index(tmp_path):
+    """A run that computed calls again recorded them twice (here 0-9 alone, then 0-99
+    in one chunk): after 9 the cursor is on the wrong copy, and 10 is inside a record;
+    one search of the segment's bytes finds it, and the cursor follows from there."""
+    from hpcfutures._support.journal_files import encode_record
+    from hpcfutures._support.journal_index import SEARCHES
+
+    keys = Journal(tmp_path, now).map_keys(abs)([(v,) for v in range(100)])
+    (tmp_path / "twice.hpj").write_bytes(
+        b"".join(encode_record("abs", [(key, pickle.dumps(v))]) for v, key in
+                 enumerate(keys[:10]))
+        + encode_record("abs", [(key, pickle.dumps(v)) for v, key in enumerate(keys)]))
+    reader = JournalReader(tmp_path)
+    starts, stops = reader.index.locate(keys)
+    assert [pickle.loads(reader.payload(a, b)) for a, b in zip(starts, stops, strict=True)] \
+        == list(range(100))
+    assert reader.index._full is None and reader.index._searches == 1
+    assert reader.find(b"\2" * 32) is None and reader.index._searches == 2  # searched: absent
+    for _ in range(SEARCHES):  # many keys not recorded: the full index answers them
+        assert reader.find(b"\3" * 32) is None
+    assert reader.index._full is not None and reader.index._searches == SEARCHES
+    reader.close()
+
+
 def test_keys_that_share_their_first_bits_are_told_apart(tmp_path):
     from hpcfutures._support.journal_files import encode_record
 
@@ -311,7 +335,8 @@ def test_keys_that_share_their_first_bits_are_told_apart(tmp_path):
     (tmp_path / "twins.hpj").write_bytes(b"".join(
         encode_record("f", [(key, pickle.dumps(n))]) for n, key in enumerate(twins[:2])))
     reader = JournalReader(tmp_path)
-    assert reader.find(twins[2]) is None  # the full index: built here
+    reader.index.build()
+    assert reader.find(twins[2]) is None
     assert [pickle.loads(reader.payload(*reader.find(key))) for key in twins[:2]] == [0, 1]
     assert journal_stats(tmp_path).calls == 2
     reader.close()

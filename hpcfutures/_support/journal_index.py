@@ -11,8 +11,11 @@ object per call until it has to:
    results were recorded in map order within each chunk: the call after the
    last one found is tried first (one comparison), then the first calls of
    records (a dict built on the first miss: one entry a record, few for a
-   map's chunks).  A rerun of the same map never needs more.
-3. **The full index**, built on the first key neither of those finds (a key
+   map's chunks).  A rerun of the same map rarely needs more.
+3. **A search** of the segments' bytes (``mmap.find``, in C) for a key
+   inside a record: a call recorded twice (computed again by a later run)
+   leads the cursor to one copy while the next key follows the other.
+4. **The full index**, built after a few searches (a key
    that is not recorded, a single ``submit``, a map over other items): the
    first calls' dict, grown to every call, from the key's first 60 bits (an
    int) to the call's packed place (an int): about 100 bytes a call instead
@@ -41,6 +44,8 @@ _CALL = struct.Struct("<32sQ")
 _PREFIX = struct.Struct("<Q")
 SHIFT = 40
 OFFSET = (1 << SHIFT) - 1
+#: Keys searched for in the segments' bytes before the full index is built.
+SEARCHES = 8
 
 #: Where a window of calls' results lie: packed payload start (-1: not
 #: recorded) and payload end, one of each per call.
@@ -63,6 +68,8 @@ class CallIndex:
         #: Every call by key prefix (built on the first key the records do not have).
         self._full: dict[int, int] | None = None
         self._collisions: dict[bytes, int] = {}
+        #: Searches done for keys inside records (then the full index is built).
+        self._searches = 0
         #: The cursor: the call after the last one found, and its record's end.
         self._at = (0, -1, -1)
 
@@ -89,7 +96,7 @@ class CallIndex:
                             number, call, end = self._next_record(number, end)
                             view = views[number] if call >= 0 else None
                         continue
-            where = self._first(key) or self._find(key)
+            where = self._first(key) or self._search(key)
             if where is None:
                 starts[place] = -1
                 continue
@@ -149,6 +156,41 @@ class CallIndex:
         if packed is None or self._key_at(packed) != key:
             return None  # not a first call (or a prefix two records share: the full index)
         return packed >> SHIFT, packed & OFFSET
+
+    def _search(self, key: bytes) -> tuple[int, int] | None:
+        """A key neither the cursor nor a record's start has: searched for in the
+        segments' bytes (in C) the first few times, then found in the full index.
+
+        A call recorded twice (a run that computed it again) sends the cursor to
+        one copy while the next key follows the other: the search finds it, and
+        the cursor follows from there, without an index of every call.
+        """
+        if self._full is not None or self._searches >= SEARCHES:
+            return self._find(key)
+        self._searches += 1
+        try:
+            for number, (view, offsets) in enumerate(zip(self.views, self._records,
+                                                         strict=True)):
+                if not offsets:
+                    continue
+                limit = _calls_of(view, offsets[-1])[1]
+                at = view.find(key, 0, limit)
+                while at >= 0:
+                    if self._is_call(number, at):
+                        return number, at
+                    at = view.find(key, at + 1, limit)  # inside a result: not a key
+            return None
+        finally:
+            self.release()  # the search read every page
+
+    def _is_call(self, number: int, at: int) -> bool:
+        """Whether a call starts at ``at`` (walked from its record's start)."""
+        view, offsets = self.views[number], self._records[number]
+        call, end = _calls_of(view, offsets[bisect.bisect_right(offsets, at) - 1])
+        length_of = _CALL.unpack_from
+        while call < at and call + 40 <= end:
+            call += 40 + length_of(view, call)[1]
+        return call == at and call + 40 + length_of(view, call)[1] <= end
 
     def _find(self, key: bytes) -> tuple[int, int] | None:
         if self._full is None:
