@@ -380,3 +380,34 @@ def test_a_rerun_yields_its_first_result_before_the_whole_map_is_looked_up(tmp_p
         _Held.release.set()
     assert list(results) == list(range(1, WINDOW + 1)) and fed == ["end"]
     journal.close()
+
+
+def test_items_fed_after_a_drain_count_as_refused():
+    """A journaled map feeds its run as its windows are looked up; what comes after a
+    time-limit drain is never sent, and counts for the requeue's decision."""
+    from array import array
+
+    from hpcfutures._facade.batching import Batcher
+    from hpcfutures._facade.mapping import MapRun
+
+    class Bridge:
+        refused = 0
+
+        def __init__(self):
+            self.batcher = Batcher(lambda: 1)
+
+        def wake(self):
+            pass
+
+    bridge = Bridge()
+    run = MapRun(bridge, abs, [], 1, positions=array("q"), fed=True).start()
+    assert not run.finished.is_set()  # items may still come
+    bridge.batcher.drain()  # the engine drained; the run is told next
+    run.feed([(1,), (2,)], [0, 1])
+    error = hpcfutures.TimeLimitError("drained")
+    run.drained([], error)
+    run.feed([(3,)], [2])
+    run.end_feed()
+    assert bridge.refused == 3 and run.finished.is_set()
+    with pytest.raises(hpcfutures.TimeLimitError):
+        next(run.results(None))

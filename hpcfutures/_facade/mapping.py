@@ -112,11 +112,15 @@ class MapRun(Stream):
             isinstance(f, TaskFuture) for f in futures_in(items))
         with self._cond:
             if self._stopped:
+                if self._drain_error is not None:  # never sent: the requeue counts them
+                    self._bridge.refused += len(items)
                 return
             self._depends = self._depends or depends
             self._positions.extend(positions)
             self._total += len(items)  # before the engine may send them
-        self._batcher.extend(self, items)
+            if not self._batcher.extend(self, items):  # drained: its error will come
+                self._bridge.refused += len(items)
+                return
         if self._opened:
             self._bridge.wake()
 
