@@ -261,11 +261,19 @@ def test_map_results_are_pickled_and_written_by_the_writer_thread(tmp_path):
     rerun.close()
 
 
+def _keys_of(tmp_path, fn, values):
+    """The keys a map of ``fn`` over ``values`` looks up."""
+    journal = Journal(tmp_path, now)
+    keys = journal.map_keys(fn)([(v,) for v in values])
+    journal.close()  # nothing recorded: its segment is removed
+    return keys
+
+
 def _entries(tmp_path, count, per_record):
     """A journal of ``count`` results of ``abs`` over range(count), written directly."""
     from hpcfutures._support.journal_files import encode_record
 
-    keys = Journal(tmp_path, now).map_keys(abs)([(v,) for v in range(count)])
+    keys = _keys_of(tmp_path, abs, range(count))
     segment = tmp_path / "direct.hpj"
     with open(segment, "wb") as file:
         for start in range(0, count, per_record):
@@ -311,7 +319,7 @@ def test_calls_recorded_twice_do_not_need_the_full_index(tmp_path):
     from hpcfutures._support.journal_files import encode_record
     from hpcfutures._support.journal_index import SEARCHES
 
-    keys = Journal(tmp_path, now).map_keys(abs)([(v,) for v in range(100)])
+    keys = _keys_of(tmp_path, abs, range(100))
     (tmp_path / "twice.hpj").write_bytes(
         b"".join(encode_record("abs", [(key, pickle.dumps(v))]) for v, key in
                  enumerate(keys[:10]))
@@ -411,3 +419,21 @@ def test_items_fed_after_a_drain_count_as_refused():
     assert bridge.refused == 3 and run.finished.is_set()
     with pytest.raises(hpcfutures.TimeLimitError):
         next(run.results(None))
+
+
+def test_a_map_reads_results_from_every_segment_and_runs_the_rest(tmp_path):
+    from hpcfutures._facade.journal_maps import MapLookup
+
+    _journal(tmp_path, range(0, 40))
+    _journal(tmp_path, range(60, 100))  # a second segment
+    journal = Journal(tmp_path, now)
+    lookup = MapLookup(journal, abs, [(v,) for v in range(-20, 100)])
+    fed: list = []
+    lookup.start(lambda items, places: fed.append((items, list(places))), lambda: None)
+    run = (abs(item[0]) * 1000 for items, _ in fed for item in items)  # the 'workers'
+    results = list(lookup.results(run, None))
+    assert [(len(items), places[0]) for items, places in fed] == [(40, 0)]  # one window
+    assert results == ([v * 1000 for v in range(20, 0, -1)] + list(range(40))
+                       + [v * 1000 for v in range(40, 60)] + list(range(60, 100)))
+    assert lookup.keys[:32] == journal.key(abs, (-20,), {})
+    assert "resumed 80 of 120 calls" in journal.close()

@@ -285,10 +285,10 @@ def _plain_keys(digest: bytes, items: list[tuple]) -> list[bytes | None] | None:
         return None
     dumps, seeded = pickle.dumps, hashlib.blake2b(digest, digest_size=KEY_SIZE)
     keys: list[bytes | None] = []
-    append = keys.append
+    append, copy = keys.append, seeded.copy
     try:
         for item in items:  # a copy of the seeded hash costs less than a new one
-            hashed = seeded.copy()
+            hashed = copy()
             hashed.update(dumps((item, ()), 5))
             append(hashed.digest())
     except Exception:

@@ -99,9 +99,14 @@ class MapLookup:
         try:
             for number in range((self._count + WINDOW - 1) // WINDOW):
                 starts, stops = self._window(number, end_time)
-                for start, stop in zip(starts, stops, strict=True):  # the hot loop: inlined
-                    yield next(inner) if start < 0 else loads(
-                        views[start >> SHIFT][start & OFFSET:stop])
+                if len(views) == 1:  # the hot loop, inlined; one segment: its offsets
+                    view = views[0]
+                    for start, stop in zip(starts, stops, strict=True):
+                        yield next(inner) if start < 0 else loads(view[start:stop])
+                else:
+                    for start, stop in zip(starts, stops, strict=True):
+                        yield next(inner) if start < 0 else loads(
+                            views[start >> SHIFT][start & OFFSET:stop])
                 if number % 8 == 7:  # let go of the pages read (more often costs faults)
                     self._journal.release_pages()
         finally:
