@@ -336,6 +336,22 @@ def test_calls_recorded_twice_do_not_need_the_full_index(tmp_path):
     reader.close()
 
 
+def test_each_map_keeps_its_own_cursor(tmp_path):
+    """Lookups of a submit (or another map) between two windows of a map do not move
+    the map's cursor: its next window needs no search."""
+    from hpcfutures._support.journal_files import encode_record
+    from hpcfutures._support.journal_index import Cursor
+
+    keys = _keys_of(tmp_path, abs, range(100))
+    (tmp_path / "one.hpj").write_bytes(
+        encode_record("abs", [(key, pickle.dumps(v)) for v, key in enumerate(keys)]))
+    index, mine = JournalReader(tmp_path).index, Cursor()
+    assert index.locate(keys[:50], mine)[0].count(-1) == 0
+    assert index.locate(keys[80:90])[0].count(-1) == 0  # the index's own cursor
+    assert index.locate(keys[50:], mine)[0].count(-1) == 0
+    assert index._searches == 0 and index._full is None
+
+
 def test_keys_that_share_their_first_bits_are_told_apart(tmp_path):
     from hpcfutures._support.journal_files import encode_record
 

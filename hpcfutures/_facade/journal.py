@@ -37,7 +37,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from .._support.journal_files import KEY_SIZE, JournalReader, encode_record
-from .._support.journal_index import Places
+from .._support.journal_index import Cursor, Places
 from .._support.journal_writer import JournalWriter
 from .arguments import futures_in, plain_rows, swap_futures
 from .fingerprints import function_digest, pickled
@@ -143,10 +143,10 @@ class Journal:
         return self._writer.records
 
     # -------------------------------------------------------------- lookups
-    def locate(self, keys: list[bytes | None]) -> Places:
+    def locate(self, keys: list[bytes | None], cursor: Cursor | None = None) -> Places:
         """Where each key's result lies (-1: not recorded); counted as calls."""
         with self._lock:
-            places = self._reader.index.locate(keys)
+            places = self._reader.index.locate(keys, cursor)
             self.calls += len(keys)
             self.resumed += len(keys) - places[0].count(-1)
             return places

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from .._support.journal_index import OFFSET, SHIFT, Places
+from .._support.journal_index import OFFSET, SHIFT, Cursor, Places
 from .journal import NO_KEY, Journal
 
 __all__ = ["MapLookup"]
@@ -67,13 +67,14 @@ class MapLookup:
                  end_feed: Callable[[], None], found: Callable[[int], None] | None) -> None:
         items, self._items = self._items, None
         assert items is not None
+        cursor = Cursor()  # this map's: other lookups meanwhile do not move it
         try:
             for number, begin in enumerate(range(0, len(items), WINDOW)):
                 if self._stopped:
                     break
                 window = items[begin:begin + WINDOW]
                 keys = self._keys_of(window)
-                starts, stops = self._journal.locate(keys)
+                starts, stops = self._journal.locate(keys, cursor)
                 missing = [] if starts.count(-1) == 0 else [
                     at for at, start in enumerate(starts) if start < 0]
                 if missing:

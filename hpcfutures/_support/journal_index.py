@@ -35,7 +35,7 @@ import struct
 from array import array
 from collections.abc import Callable, Iterator
 
-__all__ = ["OFFSET", "SHIFT", "CallIndex", "Places"]
+__all__ = ["OFFSET", "SHIFT", "CallIndex", "Cursor", "Places"]
 
 _HEADER = struct.Struct("<4sQI")
 _NAME = struct.Struct("<H")
@@ -50,6 +50,16 @@ SEARCHES = 8
 #: Where a window of calls' results lie: packed payload start (-1: not
 #: recorded) and payload end, one of each per call.
 Places = tuple[array, array]
+
+
+class Cursor:
+    """Where the next key is expected: the call after the last one found (view
+    number, call offset, its record's end; offset -1: nowhere)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = (0, -1, -1)
 
 
 class CallIndex:
@@ -70,15 +80,19 @@ class CallIndex:
         self._collisions: dict[bytes, int] = {}
         #: Searches done for keys inside records (then the full index is built).
         self._searches = 0
-        #: The cursor: the call after the last one found, and its record's end.
-        self._at = (0, -1, -1)
+        self._cursor = Cursor()
 
     # ------------------------------------------------------------------ lookups
-    def locate(self, keys: list[bytes | None]) -> Places:
-        """Each key's result place, in one loop: the cursor, the records, the index."""
+    def locate(self, keys: list[bytes | None], cursor: Cursor | None = None) -> Places:
+        """Each key's result place, in one loop: the cursor, the records, the index.
+
+        ``cursor``: the caller's own (a map's), so that lookups of other callers
+        in between do not move it; by default the index's.
+        """
+        cursor = self._cursor if cursor is None else cursor
         starts, stops = array("q", [0]) * len(keys), array("q", [0]) * len(keys)
         views, unpack = self.views, _CALL.unpack_from
-        number, call, end = self._at
+        number, call, end = cursor.at
         view = views[number] if call >= 0 else None
         for place, key in enumerate(keys):
             if key is None:
@@ -113,7 +127,7 @@ class CallIndex:
             if call == end:
                 number, call, end = self._next_record(number, end)
                 view = views[number] if call >= 0 else None
-        self._at = (number, call, end)
+        cursor.at = (number, call, end)
         return starts, stops
 
     def payload(self, start: int, stop: int) -> bytes:
