@@ -1,7 +1,7 @@
 """The client's memory and large maps: hpcfutures on the laptop default beside the standard library.
 
     python benchmarks/memory.py [--quick] [--submits N] [--map-calls N] [--endless S]
-                                [--json FILE]
+                                [--journal-calls N] [--only PART ...] [--json FILE]
 
 Issue 26's client-side targets, each measured in a fresh process (so that one
 measurement's garbage is not the next one's baseline), the peer in the same run:
@@ -12,7 +12,11 @@ measurement's garbage is not the next one's baseline), the peer in the same run:
 * ``map`` of M trivial calls (10⁷) with default arguments: time and peak memory
   over idle, beside ``ProcessPoolExecutor`` with the best ``chunksize`` tried;
 * ``map(fn, endless, buffersize=1000)`` consumed for S seconds (60): memory
-  after the first tenth and at the end (flat: the map holds ~1,000 items).
+  after the first tenth and at the end (flat: the map holds ~1,000 items);
+* a journal of J results (10⁷), hpcfutures only: ``map(fn, range(J))`` with
+  ``journal=`` records them (timed), then in a fresh process the same map is
+  run again, every result found in the journal: time to the first result and
+  to the last, and peak memory (targets: 5 s, 20 s, 1.5 GiB).
 
 Prints a Markdown table; ``--json`` keeps every figure.  Exit status 1 when an
 hpcfutures measurement failed.
@@ -27,6 +31,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,8 @@ CHUNKSIZES = (1_000, 10_000, 100_000)
 #: The endless map's buffersize (the issue's example).
 BUFFERSIZE = 1000
 WORKERS = 2
+#: The measurements, in the order they run (``--only``).
+PARTS = ("submit", "map", "endless", "journal")
 
 
 def noop(x: int) -> int:
@@ -51,6 +58,13 @@ def rss_mb() -> float:
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def cpu_s() -> float:
+    """This process's CPU time, every thread: on a shared machine, what the wall time
+    would be if the process had a core to itself (the client's work is one core's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def executor(side: str) -> Any:
@@ -125,7 +139,30 @@ def measure_endless(side: str, seconds: float) -> dict[str, Any]:
     return {"early_mb": early, "half_mb": half, "late_mb": late, "consumed": consumed}
 
 
-def one(kind: str, side: str, size: float, chunksize: int) -> dict[str, Any]:
+def measure_journal(kind: str, calls: int, directory: str) -> dict[str, Any]:
+    """``journal-build``: a map recording ``calls`` results in a new journal;
+    ``journal``: the same map again, on a new executor (every result recorded)."""
+    import hpcfutures
+
+    with hpcfutures.Executor(max_workers=WORKERS, journal=directory) as ex:
+        settle(ex)
+        idle = rss_mb()
+        began, cpu = time.perf_counter(), cpu_s()
+        results = ex.map(noop, range(calls))
+        first = next(results)
+        to_first = time.perf_counter() - began
+        total = 1 + sum(value == n for n, value in enumerate(results, 1))
+        took, cpu = time.perf_counter() - began, cpu_s() - cpu
+        assert first == 0 and total == calls, (first, total)
+    return {"first_s": to_first, "seconds": took, "cpu_s": cpu,
+            "peak_over_idle_mb": peak_mb() - idle, "peak_mb": peak_mb(), "idle_mb": idle}
+
+
+def one(kind: str, side: str, size: float, chunksize: int,
+        directory: str | None = None) -> dict[str, Any]:
+    if kind.startswith("journal"):
+        assert directory is not None
+        return measure_journal(kind, int(size), directory)
     if kind == "submit":
         return measure_submit(side, int(size))
     if kind == "map":
@@ -134,12 +171,12 @@ def one(kind: str, side: str, size: float, chunksize: int) -> dict[str, Any]:
 
 
 def run_one(kind: str, side: str, size: float, chunksize: int = 1,
-            timeout: float = 1800) -> dict[str, Any]:
+            timeout: float = 1800, directory: str | None = None) -> dict[str, Any]:
     """One measurement in a fresh interpreter; its figures, or its error."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "benchmarks.memory", "--one", kind, side, str(size),
-               str(chunksize)]
+               str(chunksize)] + ([] if directory is None else ["--journal-dir", directory])
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT,
                               timeout=timeout, check=False)
@@ -154,7 +191,9 @@ def run_one(kind: str, side: str, size: float, chunksize: int = 1,
 
 def table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     def cell(key: str, fmt: str) -> str:
-        got = results.get(key, {})
+        got = results.get(key)
+        if got is None:
+            return "not measured"
         if "error" in got:
             return f"failed: {got['error']}"
         if "unavailable" in got:
@@ -180,9 +219,18 @@ def table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
          cell("endless-processpool", "{early_mb:.0f} / {half_mb:.0f} / {late_mb:.0f}")),
         ("  calls consumed", cell("endless-hpcfutures", "{consumed:,}"),
          cell("endless-processpool", "{consumed:,}")),
+        (f"journal of {args.journal_calls:,} results: the map that records them, s",
+         cell("journal-build", "{seconds:.1f}"), "—"),
+        ("  the same map rerun, every result from the journal: first result / all, s "
+         "(target 5 / 20)", cell("journal-rerun", "{first_s:.2f} / {seconds:.1f}"), "—"),
+        ("  rerun's CPU time in the client (all its threads), s",
+         cell("journal-rerun", "{cpu_s:.1f}"), "—"),
+        ("  rerun's peak client memory: over idle / in all, MB (target 1,536)",
+         cell("journal-rerun", "{peak_over_idle_mb:,.0f} / {peak_mb:,.0f}"), "—"),
     ]
     lines = ["| | hpcfutures (laptop, 2 workers) | ProcessPoolExecutor(2) |", "|---|---|---|"]
-    lines += [f"| {name} | {ours} | {theirs} |" for name, ours, theirs in rows]
+    lines += [f"| {name} | {ours} | {theirs} |" for name, ours, theirs in rows
+              if ours != "not measured"]  # left out by --only
     return "\n".join(lines)
 
 
@@ -191,35 +239,54 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submits", type=int, default=1_000_000)
     parser.add_argument("--map-calls", type=int, default=10_000_000)
     parser.add_argument("--endless", type=float, default=60.0, help="seconds of endless map")
+    parser.add_argument("--journal-calls", type=int, default=10_000_000,
+                        help="results in the journal a rerun finds")
+    parser.add_argument("--only", action="append", choices=PARTS,
+                        help="measure only this (may be repeated); default: all")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--one", nargs=4, metavar=("KIND", "SIDE", "SIZE", "CHUNKSIZE"),
                         help=argparse.SUPPRESS)  # one measurement, in its own process
+    parser.add_argument("--journal-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         kind, side, size, chunksize = args.one
-        print(json.dumps(one(kind, side, float(size), int(chunksize))), flush=True)
+        print(json.dumps(one(kind, side, float(size), int(chunksize), args.journal_dir)),
+              flush=True)
         return 0
     if args.quick:
         args.submits, args.map_calls, args.endless = 5_000, 20_000, 2.0
+        args.journal_calls = 20_000
     results: dict[str, dict[str, Any]] = {}
-    for side in ("hpcfutures", "processpool"):
-        results[f"submit-{side}"] = run_one("submit", side, args.submits)
-        print(f"# submit {side}: {results[f'submit-{side}']}", file=sys.stderr, flush=True)
-    results["map-hpcfutures"] = run_one("map", "hpcfutures", args.map_calls)
-    tries = [run_one("map", "processpool", args.map_calls, size)
-             for size in CHUNKSIZES if size <= max(args.map_calls // 4, 1)]
-    good = [t for t in tries if "error" not in t]
-    results["map-processpool"] = min(good, key=lambda t: t["seconds"]) if good else tries[0]
-    print(f"# map: {results['map-hpcfutures']} / {tries}", file=sys.stderr, flush=True)
-    for side in ("hpcfutures", "processpool"):
-        results[f"endless-{side}"] = run_one("endless", side, args.endless)
-        print(f"# endless {side}: {results[f'endless-{side}']}", file=sys.stderr, flush=True)
+    parts = args.only or PARTS
+    if "submit" in parts:
+        for side in ("hpcfutures", "processpool"):
+            results[f"submit-{side}"] = run_one("submit", side, args.submits)
+            print(f"# submit {side}: {results[f'submit-{side}']}", file=sys.stderr, flush=True)
+    if "map" in parts:
+        results["map-hpcfutures"] = run_one("map", "hpcfutures", args.map_calls)
+        tries = [run_one("map", "processpool", args.map_calls, size)
+                 for size in CHUNKSIZES if size <= max(args.map_calls // 4, 1)]
+        good = [t for t in tries if "error" not in t]
+        results["map-processpool"] = min(good, key=lambda t: t["seconds"]) if good else tries[0]
+        print(f"# map: {results['map-hpcfutures']} / {tries}", file=sys.stderr, flush=True)
+    if "endless" in parts:
+        for side in ("hpcfutures", "processpool"):
+            results[f"endless-{side}"] = run_one("endless", side, args.endless)
+            print(f"# endless {side}: {results[f'endless-{side}']}", file=sys.stderr,
+                  flush=True)
+    if "journal" in parts:
+        with tempfile.TemporaryDirectory(prefix="hpcfutures-journal-") as directory:
+            for kind in ("journal-build", "journal-rerun"):
+                results[kind] = run_one(kind, "hpcfutures", args.journal_calls,
+                                        directory=directory)
+                print(f"# {kind}: {results[kind]}", file=sys.stderr, flush=True)
     print(table(results, args))
     if args.json:
         args.json.write_text(json.dumps({"sizes": vars(args) | {"json": str(args.json)},
                                          "results": results}, indent=1, default=str))
-    return 1 if any("error" in r for k, r in results.items() if "hpcfutures" in k) else 0
+    ours = [r for k, r in results.items() if "processpool" not in k]
+    return 1 if any("error" in r for r in ours) else 0
 
 
 if __name__ == "__main__":

@@ -111,15 +111,17 @@ def test_the_floors_script_prints_every_floor():
 @pytest.mark.timeout(150)
 def test_the_memory_script_measures_both_sides(tmp_path):
     """benchmarks/memory.py (issue 26's client-side targets): held submits, a large
-    map beside ProcessPoolExecutor's best chunksize, an endless map with buffersize;
-    each figure measured and printed, none asserted."""
+    map beside ProcessPoolExecutor's best chunksize, an endless map with buffersize,
+    a journal's rerun; each figure measured and printed, none asserted."""
     out = tmp_path / "memory.json"
     job = run_job([sys.executable, ROOT / "benchmarks" / "memory.py", "--quick", "--json", out],
                   timeout=140)
     assert job.returncode == 0, job
     results = json.loads(out.read_text())["results"]
     for key in ("submit-hpcfutures", "submit-processpool", "map-hpcfutures", "map-processpool",
-                "endless-hpcfutures"):
+                "endless-hpcfutures", "journal-build", "journal-rerun"):
         assert "error" not in results[key], (key, results[key])
     assert results["endless-hpcfutures"]["consumed"] > 1000, results
-    assert "submits held" in job.stdout and "endless map" in job.stdout, job.stdout
+    assert results["journal-rerun"]["first_s"] <= results["journal-rerun"]["seconds"], results
+    for row in ("submits held", "endless map", "journal of 20,000 results", "rerun"):
+        assert row in job.stdout, job.stdout

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import pickle
 import subprocess
 import sys
 import threading
+import typing
 
 import pytest
 from helpers import JOBS, hpcfutures_run, run_job
@@ -13,7 +15,7 @@ from helpers import JOBS, hpcfutures_run, run_job
 import hpcfutures
 from hpcfutures._cli import main as cli_main
 from hpcfutures._facade.fingerprints import function_digest
-from hpcfutures._facade.journal import Journal, open_journal, resumed_results
+from hpcfutures._facade.journal import Journal, open_journal
 from hpcfutures._support.journal_files import JournalReader, journal_stats
 
 
@@ -99,7 +101,7 @@ def _resumed(tmp_path, values=range(10), fn=abs):
     found, missing, _ = journal.split_map(fn, [(v,) for v in values])
     recorded = [v for v, entry in zip(values, found, strict=True) if entry is not None]
     journal.close()  # results are still there after the executor's end (map's lazy iterator)
-    assert list(resumed_results([e for e in found if e is not None], None)) == [
+    assert [pickle.loads(journal.payload(*e)) for e in found if e is not None] == [
         fn(v) for v in recorded]
     return recorded, [m[0] for m in missing]
 
@@ -131,9 +133,7 @@ def test_concurrent_writers_each_keep_their_own_segment(tmp_path):
     for thread in threads:
         thread.join()
     assert len(list(tmp_path.iterdir())) == 2
-    reader = JournalReader(tmp_path)
-    assert len(reader.entries) == 750
-    reader.close()
+    assert journal_stats(tmp_path).calls == 750
     assert _resumed(tmp_path, range(750))[1] == []
 
 
@@ -220,3 +220,237 @@ def test_a_lazy_map_records_and_resumes_window_by_window(tmp_path):
             assert list(results) == [-x for x in range(12)], run
     ran = sorted(int(path.name.split("-")[0]) for path in markers.iterdir())
     assert ran == list(range(12))  # each call once: the second run resumed them all
+
+
+# ------------------------------------------------------- at 10^7 entries (issue 26)
+class _Noted:
+    """A result that notes the thread pickling it, and whether its gate was open then."""
+
+    threads: typing.ClassVar[list] = []
+    handed = threading.Event()
+
+    def __init__(self, value, gates=None):
+        self.value, self.gates = value, gates
+
+    def __reduce__(self):
+        gate = None
+        if self.gates is not None:
+            assert _Noted.handed.wait(30)  # the test holds the gate now
+            gate = self.gates[0]
+        _Noted.threads.append((threading.current_thread().name,
+                               None if gate is None else gate.is_set()))
+        return _Noted, (self.value,)
+
+
+def test_map_results_are_pickled_and_written_by_the_writer_thread(tmp_path):
+    """Pickling, writing and fsyncing a map chunk happen on the journal's own thread,
+    not on the caller's (the client's event loop, in a run); the chunk's gate opens
+    once its results are pickled, and the map yields them only after."""
+    journal = Journal(tmp_path, now)
+    _, _, keys = journal.split_map(abs, [(v,) for v in range(4)])
+    gates: list = []
+    _Noted.threads = []
+    gates.append(journal.record_values(keys, 0, [_Noted(v, gates) for v in range(4)], "abs"))
+    _Noted.handed.set()
+    assert gates[0].wait(30)
+    journal.close()
+    assert _Noted.threads == [("hpcfutures-journal", False)] * 4
+    rerun = Journal(tmp_path, now)
+    found, missing, _ = rerun.split_map(abs, [(v,) for v in range(4)])
+    assert not missing and [pickle.loads(rerun.payload(*e)).value for e in found] == [0, 1, 2, 3]
+    rerun.close()
+
+
+def _keys_of(tmp_path, fn, values):
+    """The keys a map of ``fn`` over ``values`` looks up."""
+    journal = Journal(tmp_path, now)
+    keys = journal.map_keys(fn)([(v,) for v in values])
+    journal.close()  # nothing recorded: its segment is removed
+    return keys
+
+
+def _entries(tmp_path, count, per_record):
+    """A journal of ``count`` results of ``abs`` over range(count), written directly."""
+    from hpcfutures._support.journal_files import encode_record
+
+    keys = _keys_of(tmp_path, abs, range(count))
+    segment = tmp_path / "direct.hpj"
+    with open(segment, "wb") as file:
+        for start in range(0, count, per_record):
+            file.write(encode_record("abs", [(key, pickle.dumps(start + n)) for n, key in
+                                             enumerate(keys[start:start + per_record])]))
+    return keys
+
+
+def test_the_index_holds_little_per_call(tmp_path):
+    """A rerun of the same map finds every call without an object per call (the cursor);
+    the full index, built after a few keys the records do not lead to, stays under 150
+    bytes a call (the dict of key bytes to tuples it replaces held 253)."""
+    import tracemalloc
+
+    count = 100_000
+    keys = _entries(tmp_path, count, per_record=1000)
+    reader = JournalReader(tmp_path)
+    tracemalloc.start()
+    try:
+        starts, stops = reader.index.locate(keys)
+        in_order = tracemalloc.get_traced_memory()[1]
+        assert starts.count(-1) == 0 and reader.index._full is None
+        assert [pickle.loads(reader.payload(starts[n], stops[n])) for n in (0, 999, 99_999)] \
+            == [0, 999, 99_999]
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        reader.index.build()  # as after a few keys that are not recorded
+        full = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert in_order < 24 * count, in_order  # the two arrays of places, and nothing per call
+    assert reader.index._full is not None and full < 150 * count, full / count  # 120 here
+    shuffled = keys[::-1]
+    starts, _ = reader.index.locate(shuffled)
+    assert starts.count(-1) == 0
+    reader.close()
+
+
+def test_calls_recorded_twice_do_not_need_the_full_index(tmp_path):
+    """A run that computed calls again recorded them twice (here 0-9 alone, then 0-99
+    in one chunk): after 9 the cursor is on the wrong copy, and 10 is inside a record;
+    one search of the segment's bytes finds it, and the cursor follows from there."""
+    from hpcfutures._support.journal_files import encode_record
+    from hpcfutures._support.journal_index import SEARCHES
+
+    keys = _keys_of(tmp_path, abs, range(100))
+    (tmp_path / "twice.hpj").write_bytes(
+        b"".join(encode_record("abs", [(key, pickle.dumps(v))]) for v, key in
+                 enumerate(keys[:10]))
+        + encode_record("abs", [(key, pickle.dumps(v)) for v, key in enumerate(keys)]))
+    reader = JournalReader(tmp_path)
+    starts, stops = reader.index.locate(keys)
+    assert [pickle.loads(reader.payload(a, b)) for a, b in zip(starts, stops, strict=True)] \
+        == list(range(100))
+    assert reader.index._full is None and reader.index._searches == 1
+    assert reader.find(b"\2" * 32) is None and reader.index._searches == 2  # searched: absent
+    for _ in range(SEARCHES):  # many keys not recorded: the full index answers them
+        assert reader.find(b"\3" * 32) is None
+    assert reader.index._full is not None and reader.index._searches == SEARCHES
+    reader.close()
+
+
+def test_each_map_keeps_its_own_cursor(tmp_path):
+    """Lookups of a submit (or another map) between two windows of a map do not move
+    the map's cursor: its next window needs no search."""
+    from hpcfutures._support.journal_files import encode_record
+    from hpcfutures._support.journal_index import Cursor
+
+    keys = _keys_of(tmp_path, abs, range(100))
+    (tmp_path / "one.hpj").write_bytes(
+        encode_record("abs", [(key, pickle.dumps(v)) for v, key in enumerate(keys)]))
+    index, mine = JournalReader(tmp_path).index, Cursor()
+    assert index.locate(keys[:50], mine)[0].count(-1) == 0
+    assert index.locate(keys[80:90])[0].count(-1) == 0  # the index's own: one search
+    searched = index._searches
+    assert index.locate(keys[50:], mine)[0].count(-1) == 0
+    assert index._searches == searched == 1 and index._full is None
+
+
+def test_keys_that_share_their_first_bits_are_told_apart(tmp_path):
+    from hpcfutures._support.journal_files import encode_record
+
+    twins = [b"same8bit" + bytes([n]) * 24 for n in range(3)]
+    (tmp_path / "twins.hpj").write_bytes(b"".join(
+        encode_record("f", [(key, pickle.dumps(n))]) for n, key in enumerate(twins[:2])))
+    reader = JournalReader(tmp_path)
+    reader.index.build()
+    assert reader.find(twins[2]) is None
+    assert [pickle.loads(reader.payload(*reader.find(key))) for key in twins[:2]] == [0, 1]
+    assert journal_stats(tmp_path).calls == 2
+    reader.close()
+
+
+class _Held:
+    """A map item whose fingerprint (its pickling) waits until ``release`` is set."""
+
+    release = threading.Event()
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        _Held.release.wait(60)
+        return _Held, (self.value,)
+
+
+def _value_of(item):
+    return item.value if isinstance(item, _Held) else item
+
+
+def test_a_rerun_yields_its_first_result_before_the_whole_map_is_looked_up(tmp_path):
+    """The items are looked up a window at a time on a thread of their own: the first
+    result comes while a later window's fingerprint cannot be computed yet."""
+    from hpcfutures._facade.journal_maps import WINDOW, MapLookup
+
+    values = [*range(WINDOW), _Held(WINDOW)]
+    items = [(v,) for v in values]
+    _Held.release.set()
+    _journal(tmp_path, values, fn=_value_of, chunk=4096)
+    _Held.release.clear()
+    journal = Journal(tmp_path, now)
+    lookup = MapLookup(journal, _value_of, items)
+    fed: list = []
+    lookup.start(lambda items, places: fed.append(places), lambda: fed.append("end"))
+    results = lookup.results((value for value in ()), None)
+    try:
+        assert next(results) == 0 and "end" not in fed  # the last window still waits
+    finally:
+        _Held.release.set()
+    assert list(results) == list(range(1, WINDOW + 1)) and fed == ["end"]
+    journal.close()
+
+
+def test_items_fed_after_a_drain_count_as_refused():
+    """A journaled map feeds its run as its windows are looked up; what comes after a
+    time-limit drain is never sent, and counts for the requeue's decision."""
+    from array import array
+
+    from hpcfutures._facade.batching import Batcher
+    from hpcfutures._facade.mapping import MapRun
+
+    class Bridge:
+        refused = 0
+
+        def __init__(self):
+            self.batcher = Batcher(lambda: 1)
+
+        def wake(self):
+            pass
+
+    bridge = Bridge()
+    run = MapRun(bridge, abs, [], 1, positions=array("q"), fed=True).start()
+    assert not run.finished.is_set()  # items may still come
+    bridge.batcher.drain()  # the engine drained; the run is told next
+    run.feed([(1,), (2,)], [0, 1])
+    error = hpcfutures.TimeLimitError("drained")
+    run.drained([], error)
+    run.feed([(3,)], [2])
+    run.end_feed()
+    assert bridge.refused == 3 and run.finished.is_set()
+    with pytest.raises(hpcfutures.TimeLimitError):
+        next(run.results(None))
+
+
+def test_a_map_reads_results_from_every_segment_and_runs_the_rest(tmp_path):
+    from hpcfutures._facade.journal_maps import MapLookup
+
+    _journal(tmp_path, range(0, 40))
+    _journal(tmp_path, range(60, 100))  # a second segment
+    journal = Journal(tmp_path, now)
+    lookup = MapLookup(journal, abs, [(v,) for v in range(-20, 100)])
+    fed: list = []
+    lookup.start(lambda items, places: fed.append((items, list(places))), lambda: None)
+    run = (abs(item[0]) * 1000 for items, _ in fed for item in items)  # the 'workers'
+    results = list(lookup.results(run, None))
+    assert [(len(items), places[0]) for items, places in fed] == [(40, 0)]  # one window
+    assert results == ([v * 1000 for v in range(20, 0, -1)] + list(range(40))
+                       + [v * 1000 for v in range(40, 60)] + list(range(60, 100)))
+    assert lookup.keys[:32] == journal.key(abs, (-20,), {})
+    assert "resumed 80 of 120 calls" in journal.close()

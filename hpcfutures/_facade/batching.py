@@ -144,6 +144,14 @@ class Batcher:
         with self._lock:
             stream.pending.append(call)
 
+    def extend(self, stream: Stream, calls: list) -> bool:
+        """Add ``calls`` to ``stream``; False (nothing added) once the engine drained."""
+        with self._lock:
+            if self._drained:
+                return False
+            stream.pending.extend(calls)
+            return True
+
     def take_out(self, stream: Stream, claim: Callable[[], Any]) -> Any:
         """Count the call ``claim`` takes off ``stream`` as a group in flight.
 

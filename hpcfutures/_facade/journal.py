@@ -7,7 +7,11 @@
       -> recorded?  yes: a future done at once with the recorded result
                     no:  sent as usual; its result, when it comes back to the
                          client, is appended to this process's segment
-                         (batched per loop iteration: _support/journal_files.py)
+                         (by a writer thread: _support/journal_writer.py)
+
+A map's items are looked up window by window on a thread of their own
+(:mod:`.journal_maps`), so its first result does not wait for ten million
+fingerprints; the index holds little per call (_support/journal_index.py).
 
 What a fingerprint covers: the function, as :mod:`.fingerprints` digests it
 (its module and qualified name; its code, defaults and closure; module-level
@@ -20,36 +24,31 @@ are never recorded, so failed calls run again.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import functools
 import hashlib
 import logging
+import mmap
 import pickle
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigurationError
-from .._support.journal_files import (
-    KEY_SIZE,
-    Entry,
-    JournalReader,
-    JournalWriter,
-    encode_record,
-    payload_of,
-)
-from .arguments import futures_in, swap_futures
+from .._support.journal_files import KEY_SIZE, JournalReader, encode_record
+from .._support.journal_index import Cursor, Places
+from .._support.journal_writer import JournalWriter
+from .arguments import futures_in, plain_rows, swap_futures
 from .fingerprints import function_digest, pickled
 from .futures import TaskFuture, settle
 
-__all__ = ["Journal", "journal_name", "open_journal", "resumed_results"]
+__all__ = ["NO_KEY", "Journal", "journal_name", "open_journal"]
 
 logger = logging.getLogger("hpcfutures")
 
-#: Values among map items that may hold a future (then keyed one by one).
-_MAY_HOLD_FUTURES = (cf.Future, list, tuple, set, dict)
+#: A map item's key slot when it has no key (never recorded, never found).
+NO_KEY = bytes(KEY_SIZE)
 
 
 class _FutureResult:
@@ -74,15 +73,16 @@ class Journal:
 
     Args:
         directory: The journal directory (created if needed).
-        schedule: Runs a callable soon on the client's loop thread (batched writes).
+        schedule: Runs a callable soon on the client's loop thread (to let queued
+            done-callbacks record before the journal closes).
     """
 
     def __init__(self, directory: Path, schedule: Callable[[Callable[[], None]], None]) -> None:
         self.directory = directory
         self._schedule = schedule
-        self._writer = JournalWriter(directory, schedule)
+        self._writer = JournalWriter(directory)
         self._reader = JournalReader(directory)
-        self._found_at_start = len(self._reader.entries)
+        self._found_at_start: int | None = None
         self._digests: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -133,6 +133,9 @@ class Journal:
 
     def recorded_count(self) -> int:
         """How many calls the journal holds: found at the start plus recorded since."""
+        if self._found_at_start is None:  # counted when asked: a walk of every call
+            with self._lock:
+                self._found_at_start = self._reader.calls()
         return self._found_at_start + self._writer.records
 
     def recorded_now(self) -> int:
@@ -140,22 +143,33 @@ class Journal:
         return self._writer.records
 
     # -------------------------------------------------------------- lookups
-    def _found(self, key: bytes | None) -> Entry | None:
+    def locate(self, keys: list[bytes | None], cursor: Cursor | None = None) -> Places:
+        """Where each key's result lies (-1: not recorded); counted as calls."""
         with self._lock:
-            self.calls += 1
-            entry = None if key is None else self._reader.entries.get(key)
-            if entry is not None:
-                self.resumed += 1
-            return entry
+            places = self._reader.index.locate(keys, cursor)
+            self.calls += len(keys)
+            self.resumed += len(keys) - places[0].count(-1)
+            return places
+
+    def payload(self, start: int, stop: int) -> bytes:
+        return self._reader.index.payload(start, stop)
+
+    def release_pages(self) -> None:
+        """Let go of the journal's pages read so far (see ``CallIndex.release``)."""
+        self._reader.index.release()
+
+    def views(self) -> list[mmap.mmap]:
+        """The segments' maps, where :meth:`locate`'s places point."""
+        return self._reader.index.views
 
     def submit(self, bridge: Any, fn: Callable[..., Any], args: tuple,
                kwargs: dict) -> TaskFuture:
         """``bridge.submit`` unless the call is recorded; its result recorded when it comes."""
         key = self.key(fn, args, kwargs)
-        entry = self._found(key)
-        if entry is not None:
+        starts, stops = self.locate([key])
+        if starts[0] >= 0:
             future = TaskFuture()
-            settle(future, result=pickle.loads(payload_of(entry)))
+            settle(future, result=pickle.loads(self.payload(starts[0], stops[0])))
         else:
             future = bridge.submit(fn, args, kwargs)
             if key is not None:
@@ -165,20 +179,29 @@ class Journal:
             self._keys[future] = key
         return future
 
-    def split_map(self, fn: Callable[..., Any], items: list[tuple]
-                  ) -> tuple[list[Entry | None], list[tuple], list[bytes | None]]:
-        """For each item its recorded entry or None; the items to run and their keys."""
+    def map_keys(self, fn: Callable[..., Any]) -> Callable[[list[tuple]], list[bytes | None]]:
+        """A function giving a window of ``fn``'s map items their keys."""
         digest = self._function_digest(fn)
-        keys = None if digest is None else _plain_keys(digest, items)
-        if keys is None:  # futures or unpicklable values among the items: one by one
-            keys = [self._key_with(digest, item, {}) for item in items]
-        entries = self._reader.entries
-        found = [None if key is None else entries.get(key) for key in keys]
-        missing = [item for item, entry in zip(items, found, strict=True) if entry is None]
-        missing_keys = [key for key, entry in zip(keys, found, strict=True) if entry is None]
-        with self._lock:
-            self.calls += len(items)
-            self.resumed += len(items) - len(missing)
+
+        def keys(items: list[tuple]) -> list[bytes | None]:
+            plain = None if digest is None else _plain_keys(digest, items)
+            if plain is None:  # futures or unpicklable values among the items: one by one
+                plain = [self._key_with(digest, item, {}) for item in items]
+            return plain
+
+        return keys
+
+    def split_map(self, fn: Callable[..., Any], items: list[tuple]
+                  ) -> tuple[list[tuple[int, int] | None], list[tuple], bytearray]:
+        """All at once: each item's result place or None; the items to run and their
+        keys (:data:`NO_KEY` for none), as :meth:`record_values` takes them."""
+        keys = self.map_keys(fn)(items)
+        starts, stops = self.locate(keys)
+        found = [None if start < 0 else (start, stop)
+                 for start, stop in zip(starts, stops, strict=True)]
+        missing = [item for item, start in zip(items, starts, strict=True) if start < 0]
+        missing_keys = bytearray().join(key or NO_KEY for key, start in
+                                        zip(keys, starts, strict=True) if start < 0)
         return found, missing, missing_keys
 
     # -------------------------------------------------------------- records
@@ -188,19 +211,33 @@ class Journal:
         self.record(key, name, future.result())
 
     def record(self, key: bytes, name: str, value: Any) -> None:
-        """Record one finished call's result (any thread)."""
+        """Record one finished call's result (any thread).
+
+        Pickled here, on the caller's thread (a done-callback on the loop):
+        the future is already done, and its result, once handed to the
+        user, may be changed in place.  Written by the writer thread.
+        """
         payload = self._payload(name, value)
         if payload is not None:
             self._writer.add(encode_record(name, [(key, payload)]))
 
-    def record_values(self, keys: list[bytes | None], start: int, values: list,
-                      name: str) -> None:
-        """Record a map chunk's results: ``values`` of the items from ``start`` on."""
-        calls = [(key, payload) for key, value in
-                 zip(keys[start:start + len(values)], values, strict=False)
-                 if key is not None and (payload := self._payload(name, value)) is not None]
-        if calls:
-            self._writer.add(encode_record(name, calls), calls=len(calls))
+    def record_values(self, keys: bytes | bytearray, start: int, values: list,
+                      name: str) -> threading.Event:
+        """Record a map chunk's results: ``values`` of the items from ``start`` on,
+        ``keys`` 32 bytes each.  They are pickled on the writer thread; the
+        event is set once they are, before which the map does not yield them.
+        """
+        mine = bytes(keys[start * KEY_SIZE:(start + len(values)) * KEY_SIZE])
+        gate = threading.Event()
+
+        def encode() -> tuple[bytes, int]:
+            calls = [(key, payload) for key, value in
+                     zip(_split(mine), values, strict=False)
+                     if key != NO_KEY and (payload := self._payload(name, value)) is not None]
+            return (encode_record(name, calls), len(calls)) if calls else (b"", 0)
+
+        self._writer.add(encode, gate=gate)
+        return gate
 
     def _payload(self, name: str, value: Any) -> bytes | None:
         try:
@@ -234,7 +271,6 @@ class Journal:
         self._writer.close()
         # The reader's maps stay open: a map's iterator may yield recorded results after
         # the ``with`` block; they close when nothing refers to them any more.
-        self._reader.entries = {}
         line = (f"hpcfutures: resumed {self.resumed} of {self.calls} calls from the journal "
                 f"{self.directory}; {self._writer.records} results recorded now")
         if self.not_journaled:
@@ -245,14 +281,14 @@ class Journal:
 def _plain_keys(digest: bytes, items: list[tuple]) -> list[bytes | None] | None:
     """Every item's key in one tight loop (a rerun of a 100,000-item map), when no
     item holds a future or a container that might; else None."""
-    if any(isinstance(value, _MAY_HOLD_FUTURES) for item in items for value in item):
+    if not plain_rows(items):  # checked in C, not in a loop of Python code
         return None
     dumps, seeded = pickle.dumps, hashlib.blake2b(digest, digest_size=KEY_SIZE)
     keys: list[bytes | None] = []
-    append = keys.append
+    append, copy = keys.append, seeded.copy
     try:
         for item in items:  # a copy of the seeded hash costs less than a new one
-            hashed = seeded.copy()
+            hashed = copy()
             hashed.update(dumps((item, ()), 5))
             append(hashed.digest())
     except Exception:
@@ -260,19 +296,8 @@ def _plain_keys(digest: bytes, items: list[tuple]) -> list[bytes | None] | None:
     return keys
 
 
-def resumed_results(found: list[Entry | None],
-                    inner: Generator[Any, None, None] | None) -> Iterator[Any]:
-    """A map's results in order: recorded ones from the journal, the others as they come."""
-    try:
-        for entry in found:
-            if entry is None:
-                assert inner is not None
-                yield next(inner)
-            else:
-                yield pickle.loads(payload_of(entry))
-    finally:
-        if inner is not None:
-            inner.close()
+def _split(keys: bytes) -> list[bytes]:
+    return [keys[at:at + KEY_SIZE] for at in range(0, len(keys), KEY_SIZE)]
 
 
 def journal_name(fn: Any) -> str:

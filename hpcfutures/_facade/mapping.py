@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
@@ -84,9 +85,10 @@ class MapRun(Stream):
 
     def __init__(self, bridge: Any, fn: Callable[..., Any], items: list[tuple] | Rest,
                  chunksize: int, *, progress: MapProgress | None = None,
-                 record: Callable[[int, list], None] | None = None,
+                 record: Callable[[int, list], threading.Event | None] | None = None,
                  positions: Sequence[int] | None = None,
-                 source: Iterator[tuple] | None = None, buffersize: int | None = None) -> None:
+                 source: Iterator[tuple] | None = None, buffersize: int | None = None,
+                 fed: bool = False) -> None:
         rest = items if isinstance(items, Rest) else None
         super().__init__(fn, () if rest is not None else items, min_size=chunksize)
         if rest is not None:
@@ -108,7 +110,8 @@ class MapRun(Stream):
         self._batcher = bridge.batcher
         #: Items in the map; while the source is being read, those read so far.
         self._total = len(items)
-        self._exhausted = source is None
+        #: ``fed``: items come by :meth:`feed` (a journaled map's lookup) until :meth:`end_feed`.
+        self._exhausted = source is None and not fed
         #: Whether the engine took this stream in (after that, new items wake the loop).
         self._opened = False
         self._dispatched = 0
@@ -125,8 +128,10 @@ class MapRun(Stream):
         #: Told how many calls each chunk brought back; both None unless asked for.
         self._progress = progress
         self._tally = getattr(bridge, "tally", None)
-        #: ``record(start, values)``: each chunk's results as they arrive (the journal).
+        #: ``record(start, values)``: each chunk's results as they arrive (the journal);
+        #: it may return an event, set once they are recorded: they are yielded after.
         self._record = record
+        self._gates: dict[int, threading.Event] = {}
 
     # -------------------------------------------------------------- feeding
     def start(self) -> MapRun:
@@ -145,6 +150,32 @@ class MapRun(Stream):
             self._bridge.refused += len(calls)
             self.drained(calls, self._bridge.drained)
         return self
+
+    def feed(self, items: list[tuple], positions: list[int]) -> None:
+        """More items (at ``positions`` of the user's map), from any thread."""
+        assert isinstance(self._positions, array)
+        depends = not plain_rows(items) and any(
+            isinstance(f, TaskFuture) for f in futures_in(items))
+        with self._cond:
+            if self._stopped:
+                if self._drain_error is not None:  # never sent: the requeue counts them
+                    self._bridge.refused += len(items)
+                return
+            self._depends = self._depends or depends
+            self._positions.extend(positions)
+            self._total += len(items)  # before the engine may send them
+            if not self._batcher.extend(self, items):  # drained: its error will come
+                self._bridge.refused += len(items)
+                return
+        if self._opened:
+            self._bridge.wake()
+
+    def end_feed(self) -> None:
+        """No more items will be fed."""
+        with self._cond:
+            self._exhausted = True
+            self._check_finished()
+            self._cond.notify_all()
 
     def take(self, n: int) -> Any:
         if self._rest is None:
@@ -181,7 +212,9 @@ class MapRun(Stream):
                 outcome = _outcome_of(future)
                 self._outcomes[start] = outcome
                 if self._record is not None and outcome.values:
-                    self._record(start, outcome.values)
+                    gate = self._record(start, outcome.values)
+                    if gate is not None:
+                        self._gates[start] = gate
                 if self._progress is not None or self._tally is not None:
                     self._count(outcome)
                 if outcome.error is not None:
@@ -251,6 +284,7 @@ class MapRun(Stream):
                         break
                 outcome = self._wait_for(position, end_time)
                 values = outcome.values
+                self._wait_recorded(position, end_time)
                 values.reverse()  # popped as yielded: the caller's copy is the only one
                 pop = values.pop
                 if self._source is None:  # nothing to read ahead: the tightest loop
@@ -269,9 +303,10 @@ class MapRun(Stream):
     def _read_ahead(self, yielded: int) -> None:
         """Read items from the source until ``buffersize`` are ahead of ``yielded``
         (on the consumer's thread); then let the engine send them."""
-        if self._exhausted or self._source_error is not None or self._stopped:
+        if (self._exhausted or self._source is None or self._source_error is not None
+                or self._stopped):
             return
-        assert self._source is not None and self._buffersize is not None
+        assert self._buffersize is not None
         added = 0
         while self._total - yielded < self._buffersize:
             try:
@@ -308,6 +343,15 @@ class MapRun(Stream):
                     raise CancelledError(f"map was cancelled before result {position} was computed")
                 self._cond.wait(remaining)
             return self._outcomes.pop(position)
+
+    def _wait_recorded(self, position: int, end_time: float | None) -> None:
+        """Until the journal has pickled the chunk at ``position`` (the caller may
+        change a result in place once it has it)."""
+        with self._cond:
+            gate = self._gates.pop(position, None)
+        if gate is not None and not gate.wait(
+                None if end_time is None else max(end_time - time.monotonic(), 0.0)):
+            raise TimeoutError(f"map result {position} not recorded before the timeout")
 
 
 def _outcome_of(future: Any) -> ChunkOutcome:

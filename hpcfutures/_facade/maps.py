@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -17,7 +18,8 @@ from .._launch.session import Session
 from .arguments import plain_values, refuse_foreign_futures
 from .bridge import TaskBridge
 from .closing import Closer
-from .journal import Journal, journal_name, resumed_results
+from .journal import Journal, journal_name
+from .journal_maps import MapLookup
 from .mapping import MapRun, Rest
 from .mpilanes import lanes
 from .mpitask import MPITask, check_launch, results_in_order
@@ -153,21 +155,16 @@ class MapMethods:
                        items: list[tuple[Any, ...]], chunksize: int, mode: str,
                        end_time: float | None) -> Iterator[Any]:
         """``map`` where recorded items come from the journal (call with the lock held)."""
-        found, missing, keys = journal.split_map(fn, items)
+        lookup = MapLookup(journal, fn, items)
         bar = None if mode == "off" else open_bar(mode, len(items), fn)
-        if bar is not None and len(missing) < len(items):
-            bar.advance(len(items) - len(missing))
-        inner = None
-        if missing or bar is not None:
-            name = journal_name(fn)
-            positions = (None if len(missing) == len(items) else
-                         [place for place, entry in enumerate(found) if entry is None])
-            run = MapRun(bridge, fn, missing, chunksize, progress=bar,
-                         record=lambda start, values: journal.record_values(
-                             keys, start, values, name), positions=positions).start()
-            self._closer.map_runs.add(run)
-            inner = run.results(end_time)
-        return resumed_results(found, inner)
+        name = journal_name(fn)
+        run = MapRun(bridge, fn, [], chunksize, progress=bar,
+                     record=lambda start, values: journal.record_values(
+                         lookup.keys, start, values, name),
+                     positions=array("q"), fed=True).start()
+        self._closer.map_runs.add(run)
+        lookup.start(run.feed, run.end_feed, None if bar is None else bar.advance)
+        return lookup.results(run.results(end_time), end_time)
 
 
 def _map_calls(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ...]] | Rest:
