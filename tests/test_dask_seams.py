@@ -650,16 +650,23 @@ def test_follow_cluster_hears_workers_join_and_leave():
     async def scenario() -> None:
         async with live(workers=1) as cluster:
             heard: list[tuple[int, int]] = []
-            await _dask.follow_cluster(cluster.client,
-                                       lambda workers, threads: heard.append((workers, threads)))
-            assert heard == [(1, 1)]
+            gone: list[str] = []
+
+            def changed(workers: int, threads: int, left: Any) -> None:
+                heard.append((workers, threads))
+                gone.extend(left)
+
+            await _dask.follow_cluster(cluster.client, changed)
+            assert heard == [(1, 1)] and gone == []
             second = await cluster.add_worker("rank-3", threads=2)
             with seam("Scheduler.log_event / Client.subscribe_topic / SchedulerPlugin."
                       "add_worker"):
                 await cluster.until(lambda: heard[-1] == (2, 3), "the join being announced")
+            address = cluster.address_of(second)
             await second.close()
             with seam("SchedulerPlugin.remove_worker"):
                 await cluster.until(lambda: heard[-1] == (1, 1), "the leave being announced")
+            assert gone == [address]
 
     run(scenario())
 
@@ -1132,3 +1139,41 @@ def test_ended_default_spans_are_dropped_so_a_long_run_does_not_grow_the_schedul
             assert extension.spans_search_by_name[("default",)][-1].groups
 
     run(scenario())
+
+
+def test_a_departed_workers_address_removed_from_the_pool_stops_connecting_at_once():
+    """Dask's connect retries a refused connection for its whole timeout, so a gather
+    that asked a dead worker for a result held its batch that long; the client now
+    removes a departed worker's address from its pool, which ends such attempts."""
+    import socket
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            with socket.socket() as spare:  # a port where nobody listens any more
+                spare.bind(("127.0.0.1", 0))
+                address = f"tcp://127.0.0.1:{spare.getsockname()[1]}"
+            pool = cluster.client.rpc
+            attempt = asyncio.ensure_future(pool.connect(address))
+            with seam("ConnectionPool._connecting (the attempts under way, by address)"):
+                await cluster.until(lambda: address in pool._connecting, "the attempt starting")
+            await asyncio.sleep(0)
+            assert not attempt.done(), "a refused connection is no longer retried: drop this"
+            with seam("ConnectionPool.remove(address, reason=...)"):
+                pool.remove(address, reason="the worker left")
+            with pytest.raises(CommClosedError, match="the worker left"):
+                await asyncio.wait_for(attempt, 2)
+
+    run(scenario())
+
+
+def test_the_bridge_drops_its_connections_to_workers_that_left():
+    from hpcfutures._facade.bridge import TaskBridge
+
+    removed: list[tuple[str, str]] = []
+    left: list[bool] = []
+    bridge = mock.Mock(_workers=3, _total_threads=3)
+    bridge._client.rpc.remove = lambda address, reason: removed.append((address, reason))
+    bridge._completions.worker_left = lambda: left.append(True)
+    TaskBridge.cluster_changed(bridge, 2, 2, ["tls://10.0.0.5:4000"])
+    assert [address for address, _ in removed] == ["tls://10.0.0.5:4000"] and left == [True]
+    assert bridge._workers == 2 and bridge._total_threads == 2

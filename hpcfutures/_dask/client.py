@@ -9,7 +9,7 @@ import errno
 import logging
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from distributed import Client, Security
@@ -42,8 +42,10 @@ __all__ = [
 ]
 
 
-async def follow_cluster(client: Client, changed: Callable[[int, int], None]) -> None:
-    """Call ``changed(workers, threads)`` now and whenever a worker joins or leaves.
+async def follow_cluster(client: Client,
+                         changed: Callable[[int, int, Sequence[str]], None]) -> None:
+    """Call ``changed(workers, threads, left)`` now and whenever workers join or leave
+    (``left``: the addresses of those that left since the last call).
 
     The client's own scheduler info is refreshed only every two seconds, so a
     ``map`` started just after the launch would size its chunks for the
@@ -51,15 +53,15 @@ async def follow_cluster(client: Client, changed: Callable[[int, int], None]) ->
     """
     heard = False
 
-    def announced(event: tuple[float, dict[str, int]]) -> None:
+    def announced(event: tuple[float, dict[str, Any]]) -> None:
         nonlocal heard
         heard = True
-        changed(event[1]["workers"], event[1]["threads"])
+        changed(event[1]["workers"], event[1]["threads"], event[1].get("left", ()))
 
     client.subscribe_topic(CLUSTER_TOPIC, announced)  # the handler; the scheduler's side:
     now = await cluster_size(client, subscribe=True)
     if not heard:  # else an announcement newer than this answer came first
-        changed(*now)
+        changed(*now, ())
 
 
 class Knock(enum.Enum):

@@ -64,6 +64,9 @@ class ClusterSize:
         self.threads = 0
         self._scheduler: Scheduler | None = None
         self._pending = False
+        #: Workers that left since the last announcement (the client drops its
+        #: connections to them: see ``follow_cluster``).
+        self._left: list[str] = []
 
     def joined(self, scheduler: Scheduler, worker: str) -> None:
         ws = scheduler.workers.get(worker)
@@ -80,6 +83,7 @@ class ClusterSize:
             return
         self.workers -= 1
         self.threads -= threads
+        self._left.append(worker)
         self._announce(scheduler)
 
     def _announce(self, scheduler: Scheduler) -> None:
@@ -97,9 +101,10 @@ class ClusterSize:
     def announce_now(self) -> None:
         """Log the cluster event with the totals as they are now."""
         self._pending = False
+        left, self._left = self._left, []
         if self._scheduler is not None:
             self._scheduler.log_event(CLUSTER_TOPIC, {"workers": self.workers,
-                                                      "threads": self.threads})
+                                                      "threads": self.threads, "left": left})
 
 
 class Coordinator(SchedulerPlugin):

@@ -27,7 +27,7 @@ import collections
 import concurrent.futures as cf
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from .._errors import BrokenHPCExecutor, TimeLimitError
@@ -296,9 +296,21 @@ class TaskBridge:
         """Workers connected right now, asked of the scheduler (not from the loop thread)."""
         return self._loop.run_sync(self._live_workers(), timeout)
 
-    def cluster_changed(self, workers: int, threads: int) -> None:
-        """The scheduler's word on the workers and threads present (loop thread)."""
-        if workers < self._workers:
+    def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
+        """The scheduler's word on the workers and threads present, and on those that
+        left since it last spoke (loop thread).
+
+        The client's connections to a worker that left are dropped, and its
+        attempts to connect there stop: Dask's connect retries a refused
+        connection for its whole timeout (30 s), so a gather that had asked that
+        worker for a result held every result of its batch that long, and kept
+        one of the client's five gather slots.
+        """
+        pool = getattr(self._client, "rpc", None)
+        for address in left:
+            if pool is not None:
+                pool.remove(address, reason=f"worker {address} left the cluster")
+        if workers < self._workers or left:
             self._completions.worker_left()
         self._workers = workers
         self._total_threads = max(1, threads)

@@ -19,7 +19,7 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from .._errors import HPCFuturesError, StartupTimeoutError
@@ -73,8 +73,9 @@ class ClientBridge(Protocol):
     def crash_status(self) -> int | None:
         """The exit status of the first worker a call killed (its rank left), or None."""
 
-    def cluster_changed(self, workers: int, threads: int) -> None:
-        """Dask announced the cluster's size (workers joined or left)."""
+    def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
+        """Dask announced the cluster's size (workers joined or left; ``left``: the
+        addresses of those that left)."""
 
     def watch_workers(self, timeout: float) -> Coroutine[Any, Any, None]:
         """Watch for all workers gone while calls wait (runs on the loop)."""
