@@ -6,8 +6,9 @@
     python executorlib_job.py per-call          SingleNodeExecutor(2) by default: a new
                                                 process for every call
 
-The default's process per call (about 12 calls/s here) would take the other steps' 6,200
-calls some 9 minutes, so that one runs only the first task and the round trips.
+The default's process per call (about 12 calls/s on 2 workers, 0.24 s a call one at a time)
+would take the other steps' 6,200 calls 9 minutes or more, so that one runs only the first
+task and 30 round trips.
 ``hostname_localhost=True`` makes the workers connect to ``localhost`` (127.0.0.1) rather than
 to this host's name.  executorlib's ``map`` is ``concurrent.futures.Executor.map``, which
 ignores ``chunksize``, so the chunked maps are not run.
