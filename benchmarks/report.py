@@ -263,6 +263,8 @@ def markdown(results: Mapping[str, Mapping], targets: list[dict], sizes: Sizes,
 def _notes(results: Mapping[str, Mapping]) -> list[str]:
     notes = []
     for result in results.values():
+        if result.get("medians"):  # why some of its columns are n/a
+            notes += [f"- {result['title']}: {why}" for why in result.get("cannot", ())]
         for i, run in enumerate(result.get("runs", []), 1):
             if run["error"]:
                 notes.append(f"- {result['name']} run {i}: failed: {run['error']}")

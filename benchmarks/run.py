@@ -40,7 +40,8 @@ from benchmarks.workload import QUICK, Sizes
 #: Start and end of the part of a --markdown file that this script replaces.
 BEGIN = "<!-- benchmark-table:begin -->"
 END = "<!-- benchmark-table:end -->"
-PACKAGES = ("hpcfutures", "dask", "distributed", "mpi4py", "mpich", "dask-jobqueue", "dask-mpi")
+PACKAGES = ("hpcfutures", "dask", "distributed", "mpi4py", "mpich", "dask-jobqueue", "dask-mpi",
+            "parsl", "executorlib")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -136,7 +137,8 @@ def _interleave(active: list[Runner], results: dict, env: dict,
 def _result(runner: Runner, timeout: float) -> dict:
     return {"name": runner.name, "title": runner.title, "short": runner.short,
             "is_hpcfutures": runner.is_hpcfutures, "unavailable": runner.unavailable(),
-            "command": shlex.join(runner.command(timeout, "RUN-ID")), "runs": [], "medians": {}}
+            "command": shlex.join(runner.command(timeout, "RUN-ID")), "cannot": runner.cannot,
+            "runs": [], "medians": {}}
 
 
 def _run_once(runner: Runner, env: dict, timeout: float, wait_idle: float) -> dict:
@@ -179,8 +181,9 @@ def _summarise(result: dict) -> None:
 
 def _prime(env: dict) -> None:
     """Read the libraries once, so that the first run does not pay a cold file cache alone."""
-    code = ("import distributed, hpcfutures\n"
-            "try:\n    import mpi4py.futures\nexcept ImportError:\n    pass\n")
+    code = "import distributed, hpcfutures\n" + "".join(
+        f"try:\n    import {peer}\nexcept ImportError:\n    pass\n"
+        for peer in ("mpi4py.futures", "parsl.concurrent", "executorlib"))
     subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, timeout=120,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from .workload import CHUNKSIZE
+
 __all__ = ["RUNNERS", "Runner", "base_env", "by_name"]
 
 HERE = Path(__file__).resolve().parent
@@ -38,8 +40,9 @@ class Runner:
     is_hpcfutures: bool
     argv: Callable[[float, str], list[str]]  # (timeout s, run id) -> command line
     needs: tuple[Callable[[], str | None], ...] = ()
-    slurm: bool = False                     # started with srun: scancel on timeout
+    slurm: bool = False                     # started with srun or salloc: scancel on timeout
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # added to every run's
+    cannot: tuple[str, ...] = ()            # steps it cannot do, and why (notes under the table)
 
     def unavailable(self) -> str | None:
         """Why this runner cannot run here ("not installed: ..." / "not available: ...")."""
@@ -124,12 +127,27 @@ def _job(name: str) -> str:
     return str(JOBS / name)
 
 
+def _minutes(timeout: float) -> str:
+    return str(math.ceil(timeout / 60) + 1)  # Slurm ends the job even if we could not
+
+
 def _srun(timeout: float, run_id: str) -> list[str]:
-    minutes = math.ceil(timeout / 60) + 1  # Slurm ends the step even if we could not
-    return ["srun", "-n4", "-J", run_id, "-t", str(minutes)]
+    return ["srun", "-n4", "-J", run_id, "-t", _minutes(timeout)]
+
+
+def _salloc(timeout: float, run_id: str) -> list[str]:
+    """An allocation of 2 CPUs whose command (the client) runs here, outside it."""
+    return ["salloc", "-n2", "-J", run_id, "-t", _minutes(timeout)]
+
+
+def _ignores_chunksize(which_map: str) -> tuple[str, ...]:
+    return (f"chunksize={CHUNKSIZE} columns n/a: {which_map} ignores `chunksize`, so the "
+            "chunked maps are not run",)
 
 
 HPCFUTURES_JOB = _job("hpcfutures_job.py")
+EXECUTORLIB_JOB = _job("executorlib_job.py")
+EXECUTORLIB_MAP = "executorlib's `map` (`concurrent.futures.Executor.map`)"
 
 RUNNERS: tuple[Runner, ...] = (
     Runner("hpcfutures-laptop", "hpcfutures, `python job.py` (Executor(2))", "laptop", True,
@@ -164,11 +182,33 @@ RUNNERS: tuple[Runner, ...] = (
            needs=(_module("mpi4py", "mpi4py mpich"), _mpiexec)),
     Runner("slurmrunner", "dask-jobqueue SLURMRunner, `srun -n4`", "SLURMRunner", False,
            lambda t, r: [*_srun(t, r), PY, _job("slurmrunner_job.py")],
-           needs=(_module("dask_jobqueue", "dask-jobqueue"), _slurm), slurm=True),
+           needs=(_module("dask_jobqueue", "dask-jobqueue"), _slurm), slurm=True,
+           cannot=_ignores_chunksize("Dask's `ClientExecutor.map`")),
     Runner("dask-mpi", "dask-mpi, `mpiexec -n 4`", "dask-mpi", False,
            lambda t, r: ["mpiexec", "-n", "4", PY, _job("daskmpi_job.py")],
            needs=(_module("dask_mpi", "dask-mpi"), _module("mpi4py", "mpi4py mpich"),
-                  _mpiexec)),
+                  _mpiexec),
+           cannot=_ignores_chunksize("Dask's `ClientExecutor.map`")),
+    Runner("parsl", "Parsl `ParslPoolExecutor`, HTEX on the local provider (2 workers)",
+           "Parsl", False, lambda t, r: [PY, _job("parsl_job.py")],
+           needs=(_module("parsl", "parsl"),),
+           cannot=_ignores_chunksize("`ParslPoolExecutor.map`")),
+    Runner("executorlib", "executorlib `SingleNodeExecutor(2, block_allocation=True)`",
+           "executorlib", False, lambda t, r: [PY, EXECUTORLIB_JOB, "single"],
+           needs=(_module("executorlib", "executorlib"),),
+           cannot=_ignores_chunksize(EXECUTORLIB_MAP)),
+    Runner("executorlib-slurm",
+           "executorlib `SlurmJobExecutor(2, block_allocation=True)`, `salloc -n2`",
+           "executorlib Slurm", False, lambda t, r: [*_salloc(t, r), PY, EXECUTORLIB_JOB, "slurm"],
+           needs=(_module("executorlib", "executorlib"), _slurm), slurm=True,
+           cannot=_ignores_chunksize(EXECUTORLIB_MAP)),
+    Runner("executorlib-per-call", "executorlib `SingleNodeExecutor(2)` (a process per call)",
+           "executorlib per call", False, lambda t, r: [PY, EXECUTORLIB_JOB, "per-call"],
+           needs=(_module("executorlib", "executorlib"),),
+           cannot=("only ready and the round trip (30 calls, not 300) are run: executorlib's "
+                   "default starts a process for every call (0.2-0.25 s a call one at a time "
+                   "here, ~12 calls/s on 2 workers), at which the other steps' 6,200 calls "
+                   "would take 9 minutes or more; its total covers those two steps",)),
 )
 
 

@@ -31,6 +31,11 @@ Both large maps count the median of :data:`LARGE_REPEATS` calls.
                ask/tell loop, a chain the client must look at): each call's latency, median
                and 90th percentile, in ms.
 
+An executor that starts a process per call (executorlib's default) runs only steps 1 and 9,
+the latter with ``process_round_trips`` calls (:func:`run_round_trips`): at ~12 calls/s the
+other steps' 6,200 calls would take 9 minutes, and 300 round trips, at 0.24 s each, over a
+minute (several on a loaded machine).
+
 MPI tasks (issue 20) have their own two jobs, each printing the same kind of line:
 ``mpi_calls`` is calls per second of a 2-rank call that does one ``allreduce`` and nothing
 else, through ``hpcfutures.mpi_task`` (:func:`run_mpi_calls`, 2 workers) or started as
@@ -51,8 +56,8 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Sizes", "identity", "inc", "mpi_noop", "report", "run_journal_workload",
-           "run_mpi_calls", "run_mpiexec_per_call", "run_workload", "sizes_from_env",
-           "sleep1ms", "sleep10ms"]
+           "run_mpi_calls", "run_mpiexec_per_call", "run_round_trips", "run_workload",
+           "sizes_from_env", "sleep1ms", "sleep10ms"]
 
 #: Prefix of the line the client prints with its measurements.
 BENCH_PREFIX = "BENCH "
@@ -80,10 +85,12 @@ class Sizes:
     short_sleeps: int = 2000   # 1 ms tasks
     large: int = 100_000       # trivial calls in the large maps
     round_trips: int = 300     # submit(...).result() one at a time
+    process_round_trips: int = 30  # the same where each call starts a process
 
 
 QUICK = Sizes(trivial=200, sleeps=20, payload_mib=1, journal_sleeps=200, journal_rerun=2000,
-              mpi_calls=20, mpi_launches=2, short_sleeps=40, large=1000, round_trips=30)
+              mpi_calls=20, mpi_launches=2, short_sleeps=40, large=1000, round_trips=30,
+              process_round_trips=5)
 
 
 def sizes_from_env(environ=os.environ) -> Sizes:
@@ -221,6 +228,14 @@ def run_workload(ex, rec: Recorder, *, sizes: Sizes, chunksize_supported: bool =
                  lambda: list(ex.map(inc, range(large), chunksize=CHUNKSIZE)),
                  expected.__eq__, large, repeats=LARGE_REPEATS)
     rec.round_trips(ex, sizes.round_trips)
+    rec.mark("last")
+
+
+def run_round_trips(ex, rec: Recorder, *, sizes: Sizes) -> None:
+    """Steps 1 and 9 only: the first task, then ``process_round_trips`` calls one at a time."""
+    rec.step("first_task", lambda: ex.submit(inc, 0).result(), lambda v: v == 1)
+    rec.mark("ready")
+    rec.round_trips(ex, sizes.process_round_trips)
     rec.mark("last")
 
 

@@ -1,14 +1,16 @@
 """The benchmark harness runs and reports (benchmarks/run.py); speed itself is never asserted.
 
-Only the laptop default and ProcessPoolExecutor are launched, on a reduced workload, so the
-peers (dask-jobqueue, dask-mpi, Slurm, MPI) are not needed.
+The laptop default and ProcessPoolExecutor are launched on a reduced workload; so are the
+peers of issue 31 (Parsl, executorlib: the test extra installs them, and the Slurm one needs
+the local Slurm), each alone.  The other peers (dask-jobqueue, dask-mpi) are not needed.
 """
 
+import importlib.util
 import json
 import sys
 
 import pytest
-from helpers import ROOT, run_job
+from helpers import ROOT, require, run_job, slurm_is_up
 
 sys.path.insert(0, str(ROOT))
 
@@ -51,6 +53,42 @@ def test_quick_run_writes_the_table_and_the_json(tmp_path):
     assert "old" not in written and written.endswith("<!-- benchmark-table:end -->\nkept\n")
 
 
+#: What a peer whose ``map`` ignores ``chunksize`` measures: no chunked map.
+UNCHUNKED = FIGURES - {"map_chunked", "large_map_chunked"} | {"round_trip", "round_trip_p90"}
+#: What a peer that starts a process per call measures: the first task and the round trips.
+PER_CALL = {"ready", "round_trip", "round_trip_p90", "shutdown", "total"}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name, package, measured", [
+    ("parsl", "parsl", UNCHUNKED),
+    ("executorlib", "executorlib", UNCHUNKED),
+    ("executorlib-per-call", "executorlib", PER_CALL),
+    pytest.param("executorlib-slurm", "executorlib", UNCHUNKED, marks=pytest.mark.slurm),
+], ids=["parsl", "executorlib", "executorlib-per-call", "executorlib-slurm"])
+def test_a_peer_runs_the_quick_workload(tmp_path, name, package, measured):
+    """Each peer of issue 31 runs every step it can, its results checked, leaves no process
+    behind (Parsl's interchange and worker pool, executorlib's srun steps), and the table
+    says why the other steps are n/a."""
+    require(importlib.util.find_spec(package) is not None, f"{package} (pip install {package})")
+    if name.endswith("-slurm"):
+        require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    results = tmp_path / "results.json"
+    job = run_job([sys.executable, HARNESS, "--repeat", "1", "--quick", "--only", name,
+                   "--timeout", "45", "--json", results], timeout=55)
+    assert job.returncode == 0, job
+    result = json.loads(results.read_text())["runners"][name]
+    assert result["status"] == "1/1", (result["status"], job)
+    (run,) = result["runs"]
+    assert run["bench"]["errors"] == [] and run["leftovers"] == [], run
+    assert measured <= set(run["figures"]), run["figures"]
+    assert not {"map_chunked", "large_map_chunked"} & set(run["figures"]), run["figures"]
+    assert all(value > 0 for value in run["figures"].values()), run["figures"]
+    assert f"| {result['title']} | 1/1 |" in job.stdout
+    assert result["cannot"] and all(f"- {result['title']}: {why}" in job.stdout
+                                    for why in result["cannot"]), job.stdout
+
+
 @pytest.mark.timeout(30)
 def test_unknown_runner_is_refused(tmp_path):
     job = run_job([sys.executable, HARNESS, "--only", "hpcfutures-laptop,nope",
@@ -76,6 +114,7 @@ def test_targets_compare_hpcfutures_with_each_peer():
                                        "shutdown": 0.1, "total": 2.0}),
         "mpi4py-futures": _result("mpi4py-futures", False, {"map": 4000.0}),
         "slurmrunner": _result("slurmrunner", False, {}, "not installed: pip install x"),
+        "parsl": {**_result("parsl", False, {"map": 800.0}), "cannot": ["no chunks: why"]},
     }
     targets = {entry["metric"] + ":" + str(entry["peer"]): entry["runners"]["hpcf"]
                for entry in report.evaluate_targets(results, Sizes())}
@@ -87,6 +126,7 @@ def test_targets_compare_hpcfutures_with_each_peer():
                            Sizes(), {"date": "d", "machine": "m", "command": "c",
                                             "repeat": 1})
     assert "| slurmrunner | not installed: pip install x |" in text
+    assert "\n- parsl: no chunks: why\n" in text                   # a peer's n/a explained
     assert "1.25× met" in text and "1.200 s **not met**" in text  # noqa: RUF001 (as printed)
     assert ("| ready ≤ 0.7× SLURMRunner | slurmrunner: not installed: pip install x |"  # noqa: RUF001
             in text)
