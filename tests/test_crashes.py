@@ -432,10 +432,13 @@ def test_a_worker_leaving_mid_gather_asks_again_and_never_cancels_dasks_gather()
     assert client.cancelled == [] and ["1"] in client.asked[1:]
 
 
-def test_a_slow_batch_holds_back_only_itself():
+def test_a_slow_batch_holds_back_only_itself(monkeypatch):
     """Several batches are fetched at once: results that finish while one gather waits
     on a slow worker are delivered, not queued behind it (one gather at a time did)."""
+    from hpcfutures._facade import completions as module
     from hpcfutures._facade.completions import Completions
+
+    monkeypatch.setattr(module, "SLOW_GATHER", 0.05)
 
     client = _GatheringClient(stuck={"1"})
     completions = Completions(client, lost=lambda: None)
@@ -478,10 +481,38 @@ def test_a_worker_leaving_disturbs_only_batches_that_held_its_results():
     assert future.result(timeout=0) == 1 and client.asked == [["1"]]
 
 
-def test_batches_in_flight_are_bounded():
+def test_results_finishing_during_a_gather_wait_for_it_and_go_out_together(monkeypatch):
+    """A gather under way and not slow yet: what finishes meanwhile is one batch after
+    it (gathers side by side from the start cost a large launch a fifth of its
+    throughput: more, smaller gathers)."""
+    from hpcfutures._facade import completions as module
+
+    monkeypatch.setattr(module, "SLOW_GATHER", 60.0)
+    client = _GatheringClient(stuck={"1"})
+    completions = module.Completions(client, lost=lambda: None)
+    futures = [TaskFuture() for _ in range(4)]
+
+    async def scenario():
+        completions.follow(_DaskFuture("1"), futures[0])
+        await _until(lambda: client.asked, "the first gather")
+        for n in (2, 3, 4):
+            completions.follow(_DaskFuture(str(n)), futures[n - 1])
+        await _turns(50)
+        assert client.asked == [["1"]]
+        client.release.set()
+        await _until(lambda: all(f.done() for f in futures), "every result")
+
+    asyncio.run(scenario())
+    assert client.asked == [["1"], ["2", "3", "4"]]
+
+
+def test_batches_in_flight_are_bounded(monkeypatch):
     """At most GATHERS batches are fetched at once; what finishes meanwhile waits and
     goes out together (Dask's client runs five gathers at a time)."""
+    from hpcfutures._facade import completions as module
     from hpcfutures._facade.completions import GATHERS, Completions
+
+    monkeypatch.setattr(module, "SLOW_GATHER", 0.0)  # each gather under way counts as slow
 
     stuck = {str(n) for n in range(1, GATHERS + 1)}
     client = _GatheringClient(stuck=stuck)

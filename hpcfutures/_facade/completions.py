@@ -2,9 +2,12 @@
 
 The scheduler streams each task's end to the client; a finished task's result
 is then fetched together with every other result ready at that moment (one
-``gather`` for the lot).  Up to :data:`GATHERS` such batches are fetched at
-once, so that a slow worker holds back only the batch it is in, and a worker
-that leaves disturbs only the batches that held one of its results.  If a
+``gather`` for the lot).  While a gather is under way the results that finish
+wait for it and go out together in the next; only when the gather under way
+has taken :data:`SLOW_GATHER` s (a slow worker, or one that just left) does
+another start beside it, up to :data:`GATHERS` at once, so that a slow worker
+holds back only its own batch.  A worker that leaves disturbs only the batches
+that held one of its results.  If a
 batch cannot be fetched whole, its results are fetched one by one, so that one
 unpicklable result fails only its own future.  Loop thread only.
 """
@@ -20,13 +23,18 @@ from .._errors import RemoteTraceback, SerializationError
 from .._remote.calls import restore_traceback
 from .futures import TaskFuture, settle
 
-__all__ = ["GATHERS", "Completions"]
+__all__ = ["GATHERS", "SLOW_GATHER", "Completions"]
 
 #: Batches of results fetched at once.  Dask's client runs at most five gathers
 #: at a time (its gather semaphore) and folds a gather that waits for its turn
 #: into the one waiting before it; four keep a slot free for the batch asked again
 #: after a worker left while the abandoned one still ends on its own.
 GATHERS = 4
+#: Seconds the youngest gather under way may take before another starts beside
+#: it.  Gathers side by side from the start cost a large launch a fifth of its
+#: throughput (more, smaller gathers: each one a scheduler question and
+#: connections to many workers; benchmarks/scale.py at 1,000 workers).
+SLOW_GATHER = 0.5
 
 _Batch = list[tuple[Any, TaskFuture]]
 
@@ -47,9 +55,12 @@ class Completions:
         #: lost with its worker (recovery.py); set by the bridge.
         self.recover: Callable[[Any, TaskFuture, BaseException], bool] | None = None
         self._ready: _Batch = []
-        #: The batches being fetched, each with the future that abandons it.
-        self._fetching: dict[int, tuple[_Batch, asyncio.Future[None]]] = {}
+        #: The batches being fetched, each with the future that abandons it and
+        #: when its gather started (loop time).
+        self._fetching: dict[int, tuple[_Batch, asyncio.Future[None], float]] = {}
         self._batches = 0
+        #: Starts another gather once the youngest under way has been slow.
+        self._timer: asyncio.TimerHandle | None = None
         #: Tasks running in the background, kept so the loop does not drop them.
         self._background: set[asyncio.Future] = set()
 
@@ -79,7 +90,7 @@ class Completions:
         with (distributed 2025.9 to 2026.8 at least: the crash test hung in CI,
         with every result after a worker's death never delivered).
         """
-        for batch, abandon in list(self._fetching.values()):
+        for batch, abandon, _ in list(self._fetching.values()):
             if not abandon.done() and any(d.status != "finished" for d, _ in batch):
                 abandon.set_result(None)
 
@@ -114,15 +125,30 @@ class Completions:
             self._lost()
 
     def _fetch_more(self) -> None:
-        """Start fetching what is ready, while fewer than :data:`GATHERS` batches are."""
-        while self._ready and len(self._fetching) < GATHERS:
-            batch, self._ready = self._ready, []
-            batch = [(d, f) for d, f in batch if not f.done()]
-            if batch:
-                self._batches += 1
-                abandon = asyncio.get_running_loop().create_future()
-                self._fetching[self._batches] = (batch, abandon)
-                self.in_background(self._fetch(self._batches, batch, abandon))
+        """Start fetching what is ready: at once when no gather is under way, else
+        once the youngest one has taken :data:`SLOW_GATHER` s (fewer than
+        :data:`GATHERS` under way)."""
+        if not self._ready or len(self._fetching) >= GATHERS:
+            return
+        loop = asyncio.get_running_loop()
+        if self._fetching:
+            wait = max(started for *_, started in self._fetching.values()) + SLOW_GATHER
+            wait -= loop.time()
+            if wait > 0:
+                if self._timer is None:
+                    self._timer = loop.call_later(wait, self._slow_gather)
+                return
+        batch, self._ready = self._ready, []
+        batch = [(d, f) for d, f in batch if not f.done()]
+        if batch:
+            self._batches += 1
+            abandon = loop.create_future()
+            self._fetching[self._batches] = (batch, abandon, loop.time())
+            self.in_background(self._fetch(self._batches, batch, abandon))
+
+    def _slow_gather(self) -> None:
+        self._timer = None
+        self._fetch_more()
 
     async def _fetch(self, number: int, batch: _Batch, abandon: asyncio.Future[None]) -> None:
         """Fetch one batch of finished results: one round trip for many tasks."""
