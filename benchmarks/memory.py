@@ -42,6 +42,8 @@ CHUNKSIZES = (1_000, 10_000, 100_000)
 #: The endless map's buffersize (the issue's example).
 BUFFERSIZE = 1000
 WORKERS = 2
+#: Where the held submits' gate file is (set for the executor's workers to inherit).
+GATE_VARIABLE = "HPCFUTURES_MEMORY_GATE"
 #: The measurements, in the order they run (``--only``).
 PARTS = ("submit", "map", "endless", "journal")
 
@@ -82,7 +84,20 @@ def settle(ex: Any) -> None:
     assert list(ex.map(noop, range(100))) == list(range(100))
 
 
+def gated(x: int) -> int:
+    """``x``, once the gate file exists: every call submitted is still held then."""
+    gate = os.environ[GATE_VARIABLE]
+    while not os.path.exists(gate):
+        time.sleep(0.005)
+    return x
+
+
 def measure_submit(side: str, calls: int) -> dict[str, Any]:
+    """Submit ``calls`` calls that all wait at a gate, opened once the last is submitted:
+    the rate is the client's own cost as the held calls accumulate (results coming back
+    meanwhile would compete with the submitting thread for the interpreter)."""
+    gate = Path(tempfile.mkdtemp(prefix="hpcf-memory-")) / "open"
+    os.environ[GATE_VARIABLE] = str(gate)  # before the workers start: they inherit it
     with executor(side) as ex:
         settle(ex)
         idle = rss_mb()
@@ -95,11 +110,15 @@ def measure_submit(side: str, calls: int) -> dict[str, Any]:
                 first_tenth = time.perf_counter() - began
             if n == calls - tenth:
                 last_began = time.perf_counter()
-            futures.append(ex.submit(noop, n))
+            futures.append(ex.submit(gated, n))
         last_tenth = time.perf_counter() - last_began
         held = rss_mb() - idle
+        assert sum(f.done() for f in futures) == 0, "a held call finished before the gate opened"
+        gate.touch()
         assert [f.result() for f in futures] == list(range(calls))
         took = time.perf_counter() - began
+    gate.unlink()
+    gate.parent.rmdir()
     return {"held_mb": held, "first_rate": tenth / first_tenth, "last_rate": tenth / last_tenth,
             "seconds": took}
 
