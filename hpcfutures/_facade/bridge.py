@@ -300,16 +300,12 @@ class TaskBridge:
         """The scheduler's word on the workers and threads present, and on those that
         left since it last spoke (loop thread).
 
-        The client's connections to a worker that left are dropped, and its
-        attempts to connect there stop: Dask's connect retries a refused
-        connection for its whole timeout (30 s), so a gather that had asked that
-        worker for a result held every result of its batch that long, and kept
-        one of the client's five gather slots.
+        Connections to a worker that left are dropped, and attempts to connect
+        there end: Dask's connect retries a refused port for its whole timeout
+        (30 s), holding a gather that asked it and one of Dask's five gather slots.
         """
-        pool = getattr(self._client, "rpc", None)
         for address in left:
-            if pool is not None:
-                pool.remove(address, reason=f"worker {address} left the cluster")
+            self._client.rpc.remove(address, reason=f"worker {address} left the cluster")
         if workers < self._workers or left:
             self._completions.worker_left()
         self._workers = workers
