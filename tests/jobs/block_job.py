@@ -1,5 +1,6 @@
 """A job whose client prints READY and then waits on a long task (signal tests)."""
 
+import os
 import sys
 import time
 
@@ -11,7 +12,17 @@ def nap(seconds):
     return seconds
 
 
+#: Workers to wait for before READY (0: none).  A test that kills the scheduler
+#: needs them all joined: a worker still starting then waits its whole timeout for
+#: a scheduler that answers (it cannot tell this launch's dead scheduler from an
+#: earlier run's file that a new scheduler is about to replace).
+WORKERS = int(os.environ.get("BLOCK_JOB_WORKERS", "0"))
+
 with hpcfutures.Executor() as ex:
+    deadline = time.monotonic() + 60
+    while len(ex.worker_memory_limits()) < WORKERS:
+        assert time.monotonic() < deadline, "not every worker joined within 60 s"
+        time.sleep(0.05)
     print("READY", flush=True)
     try:
         ex.submit(nap, 300).result()
