@@ -1107,41 +1107,6 @@ def test_ranks_are_reserved_together_kept_off_ordinary_tasks_and_never_released_
     run(scenario())
 
 
-def test_ended_default_spans_are_dropped_so_a_long_run_does_not_grow_the_scheduler():
-    """Each graph sent after the last one ended opens a new default span, and Dask keeps
-    every span with its task groups: a long endless map grew the scheduler without end.
-    The coordinator drops ended default spans beyond the last KEEP."""
-    from hpcfutures._dask.spans import KEEP
-
-    async def scenario() -> None:
-        async with live(workers=1) as cluster:
-            with seam("Scheduler.extensions['spans'].spans_search_by_name"):
-                extension = cluster.scheduler.extensions["spans"]
-                defaults = extension.spans_search_by_name
-            for n in range(2 * KEEP + 20):  # one after the other: a new span each time
-                # A task group of its own each (Dask's key_split keeps the letters): a
-                # graph whose group still exists joins that group's span instead.
-                group = "call" + "".join("klmnopqrst"[int(digit)] for digit in str(n))
-                assert await cluster.client.submit(abs, -n, key=f"{group}-{n}",
-                                                   pure=False) == n
-            with seam("SpansSchedulerExtension.spans / root_spans / spans_search_by_tag"):
-                kept = defaults[("default",)]
-                assert 1 < len(kept) < 2 * KEEP, (
-                    f"{len(kept)} default spans kept after {2 * KEEP + 20} graphs: a new span "
-                    "no longer opens per graph (then drop this), or the coordinator's "
-                    "update_graph hook no longer prunes them")
-                assert set(extension.spans) >= {span.id for span in kept}
-                assert len(extension.spans) < 2 * KEEP + 5
-                assert len(extension.root_spans) == len(extension.spans)
-                assert {s.id for s in extension.spans_search_by_tag["default"]} == {
-                    s.id for s in kept}
-            # the scheduler still files new work under a span, as before
-            assert await cluster.client.submit(abs, -7, key="abs-last", pure=False) == 7
-            assert extension.spans_search_by_name[("default",)][-1].groups
-
-    run(scenario())
-
-
 def test_a_departed_workers_address_removed_from_the_pool_stops_connecting_at_once():
     """Dask's connect retries a refused connection for its whole timeout, so a gather
     that asked a dead worker for a result held its batch that long; the client now

@@ -36,7 +36,6 @@ from ._common import (
 from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
 from .mpigroups import MEMBER_ENDS, RankGroups
-from .spans import prune_default_spans
 
 __all__ = ["ClusterSize", "Coordinator"]
 
@@ -196,13 +195,6 @@ class Coordinator(SchedulerPlugin):
         assert self.scheduler is not None
         _hurry(self.scheduler.client_comms.get(client))
         return "ok"
-
-    def update_graph(self, scheduler: Scheduler, *, client: str, keys: set[Any],
-                     tasks: list[Any], annotations: dict[str, dict[Any, Any]],
-                     priority: dict[Any, tuple[int | float, ...]], stimulus_id: str,
-                     **kwargs: Any) -> None:
-        """A graph arrived: Dask's ended default spans beyond the last hundred go (spans.py)."""
-        prune_default_spans(scheduler)
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         self.joined += 1
