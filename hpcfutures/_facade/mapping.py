@@ -171,7 +171,7 @@ class MapRun(Stream):
             self._bridge.wake()
 
     def end_feed(self) -> None:
-        """No more items will be fed."""
+        """No more items will come (fed, or read from the source)."""
         with self._cond:
             self._exhausted = True
             self._check_finished()
@@ -312,17 +312,11 @@ class MapRun(Stream):
             try:
                 item = next(self._source)
             except StopIteration:
-                with self._cond:
-                    self._exhausted = True
-                    self._check_finished()
-                    self._cond.notify_all()
+                self.end_feed()
                 break
             except Exception as err:  # raised to the consumer in its place
                 self._source_error = err
-                self._exhausted = True
-                with self._cond:
-                    self._check_finished()
-                    self._cond.notify_all()
+                self.end_feed()
                 break
             with self._cond:
                 self._total += 1  # before the engine may send it: never under _dispatched
