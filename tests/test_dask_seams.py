@@ -1151,3 +1151,39 @@ def test_the_bridge_drops_its_connections_to_workers_that_left():
     TaskBridge.cluster_changed(bridge, 2, 2, ["tls://10.0.0.5:4000"])
     assert [address for address, _ in removed] == ["tls://10.0.0.5:4000"] and left == [True]
     assert bridge._workers == 2 and bridge._total_threads == 2
+
+
+# ------------------------------------------- small results ahead of their task's end
+def sent_ahead(value: Any) -> Any:
+    """In a worker thread: send ``value`` ahead of this task's end (express.py), return it."""
+    from hpcfutures._remote import express
+
+    assert express.express(value), "the worker has no sender for small results"
+    return value
+
+
+def test_a_small_result_reaches_the_client_before_its_tasks_end():
+    """Worker.batched_send from the task's thread, the scheduler's stream_handlers,
+    TaskState.who_wants/ClientState.client_key/Scheduler.client_comms, and the
+    client's _stream_handlers: the payload arrives while the client still sees
+    the task pending, so no fetch from the worker is needed."""
+    import pickle
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            arrived: list[tuple[Any, Any, str]] = []
+            futures: dict[Any, Any] = {}
+
+            def received(key: Any, payload: bytes) -> None:
+                arrived.append((key, pickle.loads(payload), futures[key].status))
+
+            with seam("Client._stream_handlers (the client's report stream)"):
+                _dask.expect_express_results(cluster.client, received)
+            future = cluster.client.submit(sent_ahead, {"x": 7}, key="ahead-1", pure=False)
+            futures[future.key] = future
+            with seam("Worker.batched_send, Scheduler.stream_handlers/client_comms, "
+                      "TaskState.who_wants"):
+                assert await future.result() == {"x": 7}
+            assert arrived == [("ahead-1", {"x": 7}, "pending")], arrived
+
+    run(scenario())

@@ -53,6 +53,7 @@ from .cluster import (
 )
 from .coordinator import Coordinator
 from .deaths import death_certificate, death_certificates, lost_worker, report_death
+from .express import expect_express_results
 from .initializer import register_initializer
 from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
 from .scheduler import SchedulerService
@@ -78,6 +79,7 @@ __all__ = [
     "dashboard_facts",
     "death_certificate",
     "death_certificates",
+    "expect_express_results",
     "finish_client",
     "follow_cluster",
     "follow_member_losses",

@@ -35,6 +35,7 @@ from ._common import (
 )
 from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
+from .express import relay_express_results
 from .mpigroups import MEMBER_ENDS, RankGroups
 
 __all__ = ["ClusterSize", "Coordinator"]
@@ -176,6 +177,7 @@ class Coordinator(SchedulerPlugin):
         self.deaths.install(scheduler)
         self.groups.install(scheduler)
         self.worker_changes.install(scheduler)
+        relay_express_results(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 

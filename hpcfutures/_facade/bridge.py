@@ -12,7 +12,8 @@ Data flow (client process)::
                   among its args:     │  batch (sending.py), futures swapped
                   queued              │  for Dask futures (arguments.py)
                                       completions.py: ends streamed by the
-                                      │  scheduler, results fetched in batches
+                                      │  scheduler, small results with them,
+                                      │  larger ones fetched in batches
     TaskFuture.result() <── settle ───┘
 
 This module keeps what the pieces share: the futures still outstanding,
@@ -79,6 +80,7 @@ class TaskBridge:
         #: Sizes every group of calls (map chunks, submit bundles) for all streams.
         self.batcher = Batcher(self.worker_threads)
         self._completions = Completions(client, self._connection_lost)
+        self.result_arrived = self._completions.arrived  # a small result ahead of its end
         self._sender = Sender(client, self._completions.follow, self._send_held_now)
         self._recovery = Recovery(client, self._sender.resend, self.break_executor,
                                   self._completions.in_background)
@@ -391,9 +393,8 @@ class TaskBridge:
         self._loop.call_soon(self.roster.flush)  # a summary of departures still held
 
 
-def _no_journal() -> str | None:
+def _no_journal() -> None:
     return None
 
 
-def _no_journal_count() -> int | None:
-    return None
+_no_journal_count = _no_journal
