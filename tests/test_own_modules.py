@@ -43,6 +43,11 @@ class ToolError(Exception):
     pass
 
 
+class Box:
+    def __init__(self, value):
+        self.value = value
+
+
 def scaled(x):
     return hpcf_own_util.times(x) + 1
 
@@ -53,6 +58,10 @@ def tripled(x):
 
 def fail(text):
     raise ToolError(text)
+
+
+def boxed(x):
+    return Box(x)
 """
 
 
@@ -155,7 +164,9 @@ def test_own_modules_through_connect_to_a_serving_launch(tmp_path, own_modules):
             assert list(ex.map(own_modules.scaled, range(4))) == [1, 4, 7, 10]
             assert ex.submit(own_modules.tripled, 5).result(timeout=60) == 15
             error = ex.submit(own_modules.fail, "from the worker").exception(timeout=60)
-        # The class was shipped by value; the client's own class comes back.
+            box = ex.submit(own_modules.boxed, 7).result(timeout=60)
+        # The classes were shipped by value; the client's own classes come back.
+        assert isinstance(box, own_modules.Box) and box.value == 7, box
         assert isinstance(error, own_modules.ToolError), repr(error)
         assert str(error) == "from the worker"
     finally:
