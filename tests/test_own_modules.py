@@ -18,6 +18,7 @@ import cloudpickle
 import pytest
 import toolz
 from helpers import ROOT, hpcfutures_run, require, run_job, slurm_is_up
+from test_allocate import slurm_env  # noqa: F401 -- a fixture
 from test_serve import Serving
 
 import hpcfutures
@@ -171,3 +172,16 @@ def test_own_modules_through_connect_to_a_serving_launch(tmp_path, own_modules):
         assert str(error) == "from the worker"
     finally:
         launch.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_own_modules_through_allocate_on_slurm(tmp_path, slurm_env, monkeypatch,  # noqa: F811
+                                               own_modules):
+    for name, value in slurm_env.items():
+        monkeypatch.setenv(name, value)
+    with hpcfutures.allocate(nodes=1, tasks_per_node=1, time="00:05:00",
+                             job_dir=tmp_path / "jobs", timeout=60,
+                             job_name="hpcf-alloc-test") as ex:
+        assert list(ex.map(own_modules.scaled, range(4))) == [1, 4, 7, 10]
+        assert ex.submit(own_modules.tripled, 5).result(timeout=60) == 15
