@@ -51,6 +51,9 @@ NEVER = frozenset({"__main__", "__mp_main__", "hpcfutures", "distributed", "dask
                    "cloudpickle"})
 
 _lock = threading.Lock()
+#: Held while modules are registered by value (re-entrant: a user's ``__reduce__``
+#: run by the pickling may itself pickle).
+_registering = threading.RLock()
 #: Per Dask client: the folders its launch's processes import from.
 _import_paths: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
 #: Top-level module names looked at, and of those the user's own: (module, its folder).
@@ -87,12 +90,15 @@ def pickled_by_value(modules: Sequence[types.ModuleType]) -> Iterator[None]:
     if not modules:
         yield
         return
-    with _lock:
+    with _registering:
         registered = cloudpickle.list_registry_pickle_by_value()
-        added = [module for module in modules if module.__name__ not in registered]
-        for module in added:
-            cloudpickle.register_pickle_by_value(module)
+        added = []
         try:
+            for module in modules:
+                if module.__name__ not in registered:
+                    with contextlib.suppress(ValueError):  # gone from sys.modules since
+                        cloudpickle.register_pickle_by_value(module)
+                        added.append(module)
             yield
         finally:
             for module in added:
