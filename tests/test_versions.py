@@ -19,7 +19,9 @@ import cloudpickle
 import distributed
 import pytest
 from helpers import hpcfutures_run
+from test_allocate import _squeue, slurm_env  # noqa: F401 -- a fixture
 from test_serve import Serving
+from waiting import wait_until
 
 import hpcfutures
 from hpcfutures._support import environment
@@ -102,3 +104,21 @@ def test_one_worker_on_other_versions_stays_out_and_the_others_serve(tmp_path):
     assert "VERSIONS MAPPED True" in job.stdout, job
     assert "rank 3 (worker)" in job.stdout + job.stderr, job
     assert "versions differ" in job.stdout + job.stderr, job
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_allocate_refuses_a_job_on_other_versions_and_cancels_it(tmp_path, slurm_env,  # noqa: F811
+                                                                 monkeypatch):
+    for name, value in slurm_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(environment.FAKE_VERSIONS_VARIABLE, raising=False)
+    # Only the job's processes fake another Python (the client here is itself).
+    faked = [f"#SBATCH --export=ALL,{environment.FAKE_VERSIONS_VARIABLE}=python=3.9"]
+    with pytest.raises(hpcfutures.VersionMismatchError) as caught:
+        hpcfutures.allocate(nodes=1, tasks_per_node=1, time="00:05:00", directives=faked,
+                            job_dir=tmp_path / "jobs", timeout=60, job_name="hpcf-alloc-test")
+    text = str(caught.value)
+    assert "runs Python 3.9" in text and f"this client runs {HERE}" in text, text
+    wait_until(lambda: _squeue("hpcf-alloc-test"), 30, "the refused job leaving the queue",
+               done=lambda left: left == "")  # cancelled: COMPLETING for a moment
