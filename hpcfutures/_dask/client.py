@@ -195,8 +195,9 @@ async def wait_for_workers(client: Client, timeout: float) -> None:
     """Wait until at least one worker has joined, at most ``timeout`` s.
 
     Raises :class:`~hpcfutures.LauncherError` as soon as the scheduler knows
-    that none will come (the workers failed to start: it says why), and
-    :class:`TimeoutError` when the deadline passes.
+    that none will come (the workers failed to start: it says why; a
+    :class:`~hpcfutures.VersionMismatchError` when they run other versions than
+    the scheduler), and :class:`TimeoutError` when the deadline passes.
     """
     answer: dict[str, Any] = await asyncio.wait_for(
         getattr(scheduler_rpc(client), AWAIT_WORKERS_OP)(timeout=timeout), timeout + 5)
