@@ -134,6 +134,31 @@ def test_a_module_on_the_launchs_path_and_installed_ones_go_by_reference(own_mod
         assert fn.__module__.encode() in payload and len(payload) < 120, payload
 
 
+def test_editable_installs_extensions_and_the_standard_library_are_not_the_users(
+        own_modules, monkeypatch):
+    import importlib.util
+    import json
+    import types
+
+    folder = str(own_modules.__file__).rpartition("/")[0]
+    assert modules._own_folder("hpcf_own_tool", own_modules) == folder
+    for name, module in (("json", json), ("toolz", toolz), ("hpcfutures", hpcfutures)):
+        assert modules._own_folder(name, module) is None, name
+    extension = types.ModuleType("hpcf_fast")
+    extension.__file__ = own_modules.__file__[:-3] + ".cpython-311-x86_64-linux-gnu.so"
+    assert modules._own_folder("hpcf_fast", extension) is None
+
+    class EditableFinder:  # as setuptools' ``pip install -e`` hook is named
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "hpcf_own_tool":
+                return importlib.util.spec_from_file_location(name, own_modules.__file__)
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [EditableFinder, *sys.meta_path])
+    assert modules._own_folder("hpcf_own_tool", own_modules) is None
+
+
 # ------------------------------------------------------------------ for real
 @pytest.mark.timeout(120)
 def test_own_modules_under_hpcfutures_run(tmp_path):
