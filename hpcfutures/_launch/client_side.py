@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from .._errors import HPCFuturesError, StartupTimeoutError, VersionMismatchError
+from .._errors import HPCFuturesError, StartupTimeoutError
 from .._remote.modules import note_import_path, pickled_by_value, to_ship
 from .._support import environment
 from .._support.config import Settings
@@ -222,11 +222,8 @@ class ClientSide:
             info = self._run(find_scheduler(_dask, exchange, timeout, patience=patience),
                              timeout + patience.busy_grace + patience.probe_timeout + 1,
                              exchange.description)
-            problem = environment.mismatch(
-                "this client", info.versions,
-                f"the scheduler of launch {info.launch_id} on {info.host}")
-            if problem:
-                raise VersionMismatchError(problem)
+            environment.check("this client", info.versions,
+                              f"the scheduler of launch {info.launch_id} on {info.host}")
         self.import_path = list(info.import_path) or environment.import_path()
         self.credentials = dict(info.security)
         return info.address

@@ -26,7 +26,8 @@ import os
 import sys
 from collections.abc import Mapping
 
-__all__ = ["FAKE_VERSIONS_VARIABLE", "MISMATCH_MARK", "import_path", "mismatch", "versions"]
+__all__ = ["FAKE_VERSIONS_VARIABLE", "MISMATCH_MARK", "check", "import_path", "mismatch",
+           "versions"]
 
 #: The test seam (see the module's docstring).
 FAKE_VERSIONS_VARIABLE = "HPCFUTURES_FAKE_VERSIONS"
@@ -93,6 +94,15 @@ def mismatch(here: str, theirs: Mapping[str, str] | None, there: str,
             "messages, so all of them must run the same Python minor version and the same "
             "versions of these three packages: install the same versions on both sides (or "
             "point the launch at the same environment, e.g. allocate(python=...))")
+
+
+def check(here: str, theirs: Mapping[str, str] | None, there: str) -> None:
+    """Raise :class:`~hpcfutures.VersionMismatchError` when :func:`mismatch` finds one."""
+    problem = mismatch(here, theirs, there)
+    if problem:
+        from .._errors import VersionMismatchError
+
+        raise VersionMismatchError(problem)
 
 
 def import_path() -> list[str]:
