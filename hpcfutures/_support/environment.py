@@ -26,6 +26,8 @@ import os
 import sys
 from collections.abc import Mapping
 
+from .._errors import VersionMismatchError
+
 __all__ = ["FAKE_VERSIONS_VARIABLE", "MISMATCH_MARK", "check", "import_path", "mismatch",
            "versions"]
 
@@ -100,8 +102,6 @@ def check(here: str, theirs: Mapping[str, str] | None, there: str) -> None:
     """Raise :class:`~hpcfutures.VersionMismatchError` when :func:`mismatch` finds one."""
     problem = mismatch(here, theirs, there)
     if problem:
-        from .._errors import VersionMismatchError
-
         raise VersionMismatchError(problem)
 
 
