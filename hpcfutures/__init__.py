@@ -49,6 +49,7 @@ from ._errors import (
     StopTimeoutError,
     TaskMemoryError,
     TimeLimitError,
+    VersionMismatchError,
     WorkerCrashError,
 )
 from ._facade.allocate import AllocatedExecutor, allocate
@@ -93,6 +94,7 @@ __all__ = [
     "StopTimeoutError",
     "TaskMemoryError",
     "TimeLimitError",
+    "VersionMismatchError",
     "WorkerCrashError",
     "allocate",
     "connect",

@@ -43,6 +43,7 @@ import cloudpickle
 from .._errors import RemoteTraceback
 from .._remote.calls import restore_traceback
 from .._remote.mpitask import run_members
+from .._remote.shipping import ship
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import futures_in, swap_futures
 from .futures import TaskFuture, settle
@@ -244,11 +245,12 @@ class MPICalls:
         world_ranks = tuple(grant["world_ranks"])
         group = keys[0].rpartition("-")[0]
         members = []
+        fn = ship(task.fn, self._client)  # the user's modules the workers lack by value
         for index, address in enumerate(grant["workers"]):
             # The end-of-run summary counts the calls on member 0's task (see sending.py).
             with _counted_as(len(calls) if index == 0 else 0):
                 members.append(self._client.submit(
-                    run_members, task.fn, calls, world_ranks, grant["tag"], index, group,
+                    run_members, fn, calls, world_ranks, grant["tag"], index, group,
                     key=keys[index], workers=[address], allow_other_workers=False,
                     pure=False))
         errors = await self._first_failure(group, members)
