@@ -1187,3 +1187,42 @@ def test_a_small_result_reaches_the_client_before_its_tasks_end():
             assert arrived == [("ahead-1", {"x": 7}, "pending")], arrived
 
     run(scenario())
+
+
+# ------------------------------------------------------------- Dask's default spans
+def test_ended_default_spans_are_forgotten_and_a_late_heartbeat_of_one_is_harmless():
+    """SpansSchedulerExtension.spans/spans_search_by_name/spans_search_by_tag/root_spans,
+    Span.groups and Scheduler.task_groups: each graph sent after the previous one
+    ended gets a new default span, which Dask keeps for ever; the pruner forgets
+    those whose task groups Dask forgot, keeps the newest, and a worker's heartbeat
+    naming a forgotten span is dropped instead of raising."""
+    from hpcfutures._dask.spans import SpanPruner
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            scheduler = cluster.scheduler
+            with seam("Scheduler.extensions['spans'] (SpansSchedulerExtension)"):
+                extension = scheduler.extensions["spans"]
+            pruner = SpanPruner(scheduler)
+            forgotten_ids = []
+            for n in range(4):  # each after the previous ended: a new default span each
+                future = cluster.client.submit(nap, 0, key=f"span-graph-{n}", pure=False)
+                assert await future.result() == 0
+                del future
+                await cluster.until(lambda n=n: f"span-graph-{n}" not in scheduler.tasks,
+                                    "the task forgotten")
+            with seam("SpansSchedulerExtension.spans_search_by_name / Span.groups"):
+                defaults = list(extension.spans_search_by_name[("default",)])
+                assert len(defaults) >= 2, defaults
+                forgotten_ids = [span.id for span in defaults[:-1]]
+                assert pruner.prune() == len(defaults) - 1
+                assert list(extension.spans_search_by_name[("default",)]) == defaults[-1:]
+                assert not set(forgotten_ids) & set(extension.spans)
+                assert all(span.id not in forgotten_ids for span in extension.root_spans)
+            (worker,) = scheduler.workers.values()
+            with seam("SpansSchedulerExtension.heartbeat(ws, {(context, span_id, ...): v})"):
+                extension.heartbeat(worker, {("execute", forgotten_ids[0], "nap", "seconds"): 1.0})
+            future = cluster.client.submit(nap, 0, key="span-graph-after", pure=False)
+            assert await future.result() == 0
+
+    run(scenario())
