@@ -52,10 +52,10 @@ from ._errors import (
     VersionMismatchError,
     WorkerCrashError,
 )
-from ._facade.allocate import AllocatedExecutor, allocate
-from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
-from ._facade.mpitask import MPITask, mpi_task
+from ._facade.mpi.mpitask import MPITask, mpi_task
+from ._facade.outside.allocate import AllocatedExecutor, allocate
+from ._facade.outside.connect import ConnectedExecutor, connect, stop
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
 try:

@@ -48,7 +48,7 @@ from hpcfutures._dask._common import (
 from hpcfutures._dask.cluster import dashboard_facts_here
 from hpcfutures._dask.mpigroups import USABLE
 from hpcfutures._dask.release import IdleRelease
-from hpcfutures._facade.capacity import ask_worker_memory, host_memory
+from hpcfutures._facade.core.capacity import ask_worker_memory, host_memory
 from hpcfutures._reports.summary import CALLS_ANNOTATION
 
 pytestmark = pytest.mark.timeout(60)
@@ -438,7 +438,7 @@ def test_the_usage_ledger_counts_calls_busy_time_and_calls_rerun_after_a_loss():
         async with live(workers=2) as cluster:
             name = await _dask.start_usage(cluster.client)
             with seam("SchedulerPlugin.transition(..., startstops=[{action, start, stop}])"):
-                with dask.annotate(**{CALLS_ANNOTATION: 3}):  # as _facade/sending.py does
+                with dask.annotate(**{CALLS_ANNOTATION: 3}):  # as _facade/core/sending.py does
                     napping = cluster.client.submit(nap, 0.05, key="nap-1", pure=False)
                 assert await napping.result() == 0.05
             with dask.annotate(**{CALLS_ANNOTATION: 2}):

@@ -91,8 +91,8 @@ class _Client:
 
 
 def test_a_result_that_arrived_ahead_settles_its_future_and_is_never_fetched():
-    from hpcfutures._facade.completions import Completions
-    from hpcfutures._facade.futures import TaskFuture
+    from hpcfutures._facade.core.completions import Completions
+    from hpcfutures._facade.core.futures import TaskFuture
 
     async def scenario() -> None:
         client = _Client()

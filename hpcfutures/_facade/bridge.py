@@ -35,17 +35,17 @@ from .._errors import BrokenHPCExecutor, TimeLimitError
 from .._remote.calls import Rows, run_chunk_task, run_task
 from .._support.loop import LoopThread
 from .._support.patience import Patience
-from .arguments import futures_in
-from .batching import Batcher
-from .bundles import SubmitStream
-from .capacity import WorkerMemory, ask_worker_memory
-from .completions import Completions
-from .futures import TaskFuture, settle
-from .mpicalls import MPICalls
-from .mpitask import MPITask
-from .recovery import Recovery
-from .roster import WorkerRoster
-from .sending import Sender
+from .core.arguments import futures_in
+from .core.batching import Batcher
+from .core.bundles import SubmitStream
+from .core.capacity import WorkerMemory, ask_worker_memory
+from .core.completions import Completions
+from .core.futures import TaskFuture, settle
+from .core.recovery import Recovery
+from .core.roster import WorkerRoster
+from .core.sending import Sender
+from .mpi.mpicalls import MPICalls
+from .mpi.mpitask import MPITask
 
 __all__ = ["TaskBridge", "TaskFuture"]
 

@@ -60,7 +60,7 @@ class ClientBridge(Protocol):
     stopped_by_signal: bool
     #: Where to look when the scheduler is lost (a rank's log), for error messages.
     scheduler_pointer: str
-    #: The workers seen so far (``_facade.roster.WorkerRoster``), named in errors.
+    #: The workers seen so far (``_facade.core.roster.WorkerRoster``), named in errors.
     roster: Any
     #: The end-of-run summary's client-side tally, when summary=True.
     tally: Any

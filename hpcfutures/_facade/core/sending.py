@@ -22,11 +22,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._errors import SerializationError
-from .._remote.calls import Rows, pick, pickling_error, run_bundle, run_chunk_task, run_task
-from .._remote.modules import to_ship
-from .._remote.shipping import ShippedFunction
-from .._reports.summary import CALLS_ANNOTATION
+from ..._errors import SerializationError
+from ..._remote.calls import Rows, pick, pickling_error, run_bundle, run_chunk_task, run_task
+from ..._remote.modules import to_ship
+from ..._remote.shipping import ShippedFunction
+from ..._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
 

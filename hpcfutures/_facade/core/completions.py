@@ -20,8 +20,8 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import RemoteTraceback, SerializationError
-from .._remote.calls import restore_traceback
+from ..._errors import RemoteTraceback, SerializationError
+from ..._remote.calls import restore_traceback
 from .futures import TaskFuture, settle
 
 __all__ = ["GATHERS", "SLOW_GATHER", "Completions"]
