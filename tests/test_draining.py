@@ -31,8 +31,8 @@ from helpers import (
 
 import hpcfutures
 from hpcfutures._errors import ConfigurationError
-from hpcfutures._facade.resuming import draining
 from hpcfutures._facade.core.batching import Batcher
+from hpcfutures._facade.resuming import draining
 from hpcfutures._facade.resuming.draining import DRAIN_FLOOR, Drain, default_margin
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import _requeue
