@@ -39,7 +39,7 @@ class SpanPruner:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
-        self._extension: Any = scheduler.extensions.get("spans")
+        self._extension: Any = getattr(scheduler, "extensions", {}).get("spans")
         self._last = time.monotonic()
         self.forgotten = 0
         if self._extension is not None:
