@@ -140,9 +140,14 @@ done
 # 6. the laptop's ssh configuration and pinned host keys (a wrong one for one alias).
 key() { cut -d' ' -f1,2 "$ETC/$1.pub"; }
 cat >"/home/$LAPTOP_USER/.ssh/config" <<EOF
+# (ssh takes the first value it meets: the particular hosts come before the shared block)
 Host bastion
   HostName 10.88.1.1
   User $CLUSTER_USER
+Host cluster-nofwd
+  Port 2223
+Host cluster-wrongkey
+  UserKnownHostsFile ~/.ssh/known_hosts_wrong
 Host cluster cluster-nofwd cluster-wrongkey
   HostName 10.88.2.1
   Port 2222
@@ -150,10 +155,6 @@ Host cluster cluster-nofwd cluster-wrongkey
   ProxyJump bastion
   StrictHostKeyChecking yes
   ServerAliveInterval 15
-Host cluster-nofwd
-  Port 2223
-Host cluster-wrongkey
-  UserKnownHostsFile ~/.ssh/known_hosts_wrong
 EOF
 { echo "10.88.1.1 $(key bastion)"; echo "[10.88.2.1]:2222 $(key login)"
   echo "[10.88.2.1]:2223 $(key login)"; } >"/home/$LAPTOP_USER/.ssh/known_hosts"

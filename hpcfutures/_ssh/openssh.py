@@ -22,9 +22,11 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 
 from .._errors import SSHError
+from .._support.backoff import Backoff
 from . import shell
 
 __all__ = ["SSH", "Connection", "Reach"]
@@ -171,8 +173,11 @@ class Connection:
             for (host, port), local in forwards.items():
                 self._control(self.control, "cancel", "-L", f"127.0.0.1:{local}:{host}:{port}")
         if self.owned and self.control is not None:
+            pid = self.master_pid()
             self._control(self.control, "exit")
             self.owned = False
+            if pid is not None:
+                _await_exit(pid, 5.0)
         self._forget_folder()
 
     def _forget_folder(self) -> None:
@@ -208,7 +213,28 @@ class Connection:
     def reach(self, host: str, port: int, timeout: float = 20.0) -> tuple[str, str]:
         """Ask the login node's sshd to connect to ``host:port`` (``ssh -W``, the same
         kind of channel as a forward): open, refused (nobody listens), or prohibited
-        (the site allows no forwarding); with what ssh said."""
+        (the site allows no forwarding); with what ssh said.
+
+        Through a master, both refusals read "Session open refused by peer"; the
+        master's log (ours) says which.  A master of the user's keeps its log: then a
+        second look, at the login node's own sshd, tells them apart."""
+        log = os.path.join(self._folder, "master.log") if self._folder else None
+        seen = len(_read(log)) if log else 0
+        verdict, said = self._stdio(host, port, timeout)
+        if verdict != Reach.REFUSED:
+            return verdict, said
+        if log:
+            why = _read(log)[seen:]
+            if "administratively prohibited" in why:
+                return Reach.PROHIBITED, why.strip()
+            return Reach.REFUSED, why.strip() or said
+        sshd = self.config.get("hostname", ""), int(self.config.get("port", "22"))
+        if sshd[0] and self._stdio(*sshd, timeout)[0] == Reach.REFUSED:
+            return Reach.PROHIBITED, f"{said} (even to the login node's own sshd at " \
+                f"{sshd[0]}:{sshd[1]})"
+        return verdict, said
+
+    def _stdio(self, host: str, port: int, timeout: float) -> tuple[str, str]:
         argv = shell.mux_command(self.target, self.control, options=self.ssh.options,
                                  connect_timeout=min(30.0, timeout), remote=(),
                                  extra=("-W", f"{_bracket(host)}:{port}"))
@@ -220,7 +246,7 @@ class Connection:
         said = done.stderr.decode(errors="replace").strip()
         if "administratively prohibited" in said:
             return Reach.PROHIBITED, said
-        if "open failed" in said:
+        if "open failed" in said or "refused by peer" in said:
             return Reach.REFUSED, said
         if done.returncode == 255 and said:
             return Reach.FAILED, said
@@ -268,6 +294,27 @@ def login_failure(target: str, status: int, said: str) -> str:
 def lost_message(target: str, what: str, said: str) -> str:
     return (f"could not {what}: the SSH connection to {target} is gone or broken "
             f"({said.strip() or 'ssh exited with status 255'})")
+
+
+def _await_exit(pid: int, seconds: float) -> None:
+    """Wait (at most ``seconds``) until the master has gone: its session's end is
+    asynchronous after ``-O exit``, and a caller may count processes right after."""
+    backoff = Backoff(first=0.01, cap=0.2)
+    deadline = time.monotonic() + seconds
+    while os.path.exists(f"/proc/{pid}") if os.path.isdir("/proc") else _alive(pid):
+        if time.monotonic() >= deadline:
+            return
+        backoff.sleep(deadline)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _bracket(host: str) -> str:

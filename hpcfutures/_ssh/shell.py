@@ -101,13 +101,13 @@ def mux_command(target: str, control: str | None, *, connect_timeout: float,
     """An ``ssh`` command that runs through the control master at ``control``.
 
     ``BatchMode=yes``: it never prompts (only the master may).  ``ControlMaster=no``:
-    it never becomes a master.  ``ProxyCommand=exec false``: when the master has
+    it never becomes a master.  ``ProxyCommand=false``: when the master has
     gone it fails at once instead of logging in again on its own (a command must
     never open a second, unannounced connection, nor ask for a second factor).
     """
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ControlMaster=no",
             "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
-            "-o", "ProxyCommand=exec false"]
+            "-o", "ProxyCommand=false"]
     if control is not None:
         argv += ["-o", f"ControlPath={control}"]
     for option in options:
@@ -123,8 +123,7 @@ def master_command(target: str, control: str, log: str, *, connect_timeout: floa
     by the master in the background)."""
     argv = ["ssh", "-M", "-N", "-f", "-o", f"ControlPath={control}",
             "-o", "ControlPersist=no", "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
-            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
-            "-o", "ExitOnForwardFailure=yes", "-E", log]
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4", "-E", log]
     for option in options:
         argv += ["-o", option]
     return [*argv, validate_target(target)]

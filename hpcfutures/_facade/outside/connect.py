@@ -7,8 +7,9 @@ the launch.
 
 from __future__ import annotations
 
+import atexit
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..._launch.outside import OutsideSession, expand_path, serving_info, stale_error, stop_launch
 from ..._launch.session import Session
@@ -80,11 +81,17 @@ class ConnectedExecutor(Executor):
         from .remote import lost_over_ssh, open_cluster
 
         self._cluster = cluster = open_cluster(ssh if ssh is not None else remote[0])
+        # An executor never shut down (a notebook closed) still closes the master it opened.
+        atexit.register(self._release_cluster)
         try:
             self.scheduler_file = cluster.path(remote[1])
             super().__init__(**options)
         except BaseException:
-            self._release_cluster()
+            if cluster is ssh:  # allocate()'s: it still cancels its job through it
+                atexit.unregister(self._release_cluster)
+                self._cluster = None
+            else:
+                self._release_cluster()
             raise
         if self._bridge is not None:
             self._bridge.scheduler_lost_cause = lost_over_ssh(
@@ -100,6 +107,12 @@ class ConnectedExecutor(Executor):
             self._outside = OutsideSession(settings, self.scheduler_file, self._wait)
         return self._outside
 
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        try:
+            return super().__exit__(exc_type, exc, tb)
+        finally:
+            self._after_disconnect()
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Disconnect from the serving launch (which keeps running for other clients)."""
         try:
@@ -114,6 +127,7 @@ class ConnectedExecutor(Executor):
         """Close the SSH master hpcfutures opened (forwards end with it)."""
         cluster, self._cluster = self._cluster, None
         if cluster is not None:
+            atexit.unregister(self._release_cluster)
             cluster.close()
 
     def _stop_launch(self, info: Any) -> None:

@@ -65,6 +65,16 @@ class RemoteAllocation(Allocation):
     def read_scheduler_file(self, path: Path) -> SchedulerInfo | None:
         return self.cluster.read_scheduler_file(path)
 
+    def leave_queue(self, grace: float) -> None:
+        """As for a local job, while the SSH connection lasts; without it the job cannot
+        be asked or cancelled, and ends by itself (its idle timeout) instead."""
+        if not self.cluster.connection.alive():
+            logger.warning("the SSH connection to %s is gone, so %s could not be stopped from "
+                           "here: it ends by itself once it has had no client for its "
+                           "idle_timeout", self.cluster.target, self)
+            return
+        super().leave_queue(grace)
+
     def output_tail(self, lines: int = 15) -> str:
         return self.cluster.tail(self.output, lines)
 
