@@ -148,7 +148,11 @@ Host cluster-nofwd
   Port 2223
 Host cluster-wrongkey
   UserKnownHostsFile ~/.ssh/known_hosts_wrong
-Host cluster cluster-nofwd cluster-wrongkey
+Host cluster-own
+  ControlMaster auto
+  ControlPath ~/.ssh/cm-%C
+  ControlPersist 60
+Host cluster cluster-nofwd cluster-wrongkey cluster-own
   HostName 10.88.2.1
   Port 2222
   User $CLUSTER_USER
@@ -158,6 +162,7 @@ Host cluster cluster-nofwd cluster-wrongkey
 EOF
 { echo "10.88.1.1 $(key bastion)"; echo "[10.88.2.1]:2222 $(key login)"
   echo "[10.88.2.1]:2223 $(key login)"; } >"/home/$LAPTOP_USER/.ssh/known_hosts"
+chmod 0644 "/home/$LAPTOP_USER/.ssh/known_hosts"
 { echo "10.88.1.1 $(key bastion)"; echo "[10.88.2.1]:2222 $(key wrong)"; } \
   >"/home/$LAPTOP_USER/.ssh/known_hosts_wrong"
 chown -R "$LAPTOP_USER:$LAPTOP_USER" "/home/$LAPTOP_USER/.ssh"

@@ -238,3 +238,24 @@ def test_a_lost_ssh_connection_mid_map_is_a_clear_error_and_the_job_ends_by_itse
     assert "SSH connection to cluster" in out and "idle_timeout=10" in out, out
     assert "hpcfutures.connect('cluster:" in out, out
     assert _until_queue_empty(60), f"the job did not end by itself: {_queue()}"
+
+
+def test_ssh_check_reports_the_cluster_and_reuses_the_users_own_master(code):
+    """cluster-own has ControlMaster/ControlPath in the laptop's config, and a master
+    runs: the check logs in no second time and leaves that master running."""
+    out = _on_laptop(code, """
+        import subprocess
+        from hpcfutures._cli import main
+        subprocess.run(["ssh", "-fN", "cluster-own"], check=True, timeout=30)
+        status = main(["ssh-check", "cluster-own", "--python", SSH.python, "--setup",
+                       SSH.setup])
+        print("STATUS", status)
+        alive = subprocess.run(["ssh", "-O", "check", "cluster-own"], capture_output=True,
+                               text=True, timeout=30)
+        print("STILL", alive.returncode, alive.stderr.strip())
+        subprocess.run(["ssh", "-O", "exit", "cluster-own"], timeout=30)
+        """)
+    assert "STATUS 0" in out, out
+    assert "master: yours, reused" in out, out
+    assert "batch_system: Slurm" in out and "port_forwarding: allowed" in out, out
+    assert "STILL 0 Master running" in out, out
