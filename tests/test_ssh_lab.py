@@ -259,3 +259,16 @@ def test_ssh_check_reports_the_cluster_and_reuses_the_users_own_master(code):
     assert "master: yours, reused" in out, out
     assert "batch_system: Slurm" in out and "port_forwarding: allowed" in out, out
     assert "STILL 0 Master running" in out, out
+
+
+def test_no_batch_system_on_the_remote_path_suggests_setup_and_submits_nothing(code):
+    out = _on_laptop(code, """
+        bare = hpcfutures.SSH("cluster", python=SSH.python, setup="PATH=/bin; export PATH")
+        try:
+            hpcfutures.allocate(partition="mn", ssh=bare)
+        except hpcfutures.AllocationError as err:
+            print("ERROR", err)
+        """)
+    assert "ERROR no batch system found on cluster" in out, out
+    assert "setup='module load slurm'" in out, out
+    assert not _queue()
