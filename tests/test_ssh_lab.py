@@ -263,7 +263,7 @@ def test_ssh_check_reports_the_cluster_and_reuses_the_users_own_master(code):
 
 def test_no_batch_system_on_the_remote_path_suggests_setup_and_submits_nothing(code):
     out = _on_laptop(code, """
-        bare = hpcfutures.SSH("cluster", python=SSH.python, setup="PATH=/bin; export PATH")
+        bare = hpcfutures.SSH("cluster", python=SSH.python, setup="PATH=/nowhere; export PATH")
         try:
             hpcfutures.allocate(partition="mn", ssh=bare)
         except hpcfutures.AllocationError as err:
