@@ -122,6 +122,7 @@ def test_allocate_through_the_jump_host_maps_on_two_nodes_brings_50_MiB_intact_a
         with hpcfutures.allocate(nodes=2, tasks_per_node=2, partition="mn", ssh=SSH,
                                  idle_timeout=60) as ex:
             hosts = sorted(set(ex.map(lambda _: socket.gethostname(), range(40))))
+            direct = ex._outside._client_side.client.direct_to_workers
             def blob():
                 import random
                 data = random.Random(7).randbytes(50 * 2**20)
@@ -130,13 +131,14 @@ def test_allocate_through_the_jump_host_maps_on_two_nodes_brings_50_MiB_intact_a
             data, digest = ex.submit(blob).result()
             fetch = time.monotonic() - t
         ok = len(data) == 50 * 2**20 and hashlib.sha256(data).hexdigest() == digest
-        print("RESULT", json.dumps({"hosts": hosts, "intact": ok, "fetch": fetch,
+        print("RESULT", json.dumps({"hosts": hosts, "intact": ok, "fetch": fetch, "direct": direct,
                                     "took": time.monotonic() - started}))
         """)
     result = eval(out.split("RESULT ", 1)[1].splitlines()[0].replace("true", "True")
                   .replace("false", "False"))
     assert result["hosts"] == ["mn1", "mn2"], out
     assert result["intact"], out
+    assert result["direct"] is False, out  # results come through the scheduler
     # Through the scheduler, not straight from the (unreachable) worker: a direct
     # gather would first wait ~30 s for a connection that cannot be made.
     assert result["took"] < 30, out

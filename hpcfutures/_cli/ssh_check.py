@@ -95,7 +95,7 @@ def _look(cluster, report: dict, problems: list[str]) -> None:
                               for name in local}
         if remote.get("hpcfutures") is None:
             problems.append(f"hpcfutures is not installed for {python} on {cluster.target}")
-        if remote["python"].split(".")[:2] != local["python"].split(".")[:2]:
+        if remote["python"].split(".")[:2] != str(local["python"]).split(".")[:2]:
             problems.append(f"Python {remote['python']} there, {local['python']} here: "
                             "functions travel as bytecode, so the minor versions must match")
     host, port = connection.config.get("hostname", ""), int(connection.config.get("port", 22))

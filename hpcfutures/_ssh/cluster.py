@@ -7,6 +7,7 @@ changes: in one ``sh`` session on the login node each, through the master.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import subprocess
@@ -18,7 +19,7 @@ from ..launchers._batchfind import BATCH_SYSTEMS
 from ..launchers._batchscript import BatchSystem, JobState
 from ..launchers._exchange import SchedulerInfo
 from . import shell
-from .openssh import SSH, Connection, as_ssh
+from .openssh import SSH, Connection, InterruptedAfter, as_ssh
 
 __all__ = ["Cluster", "RemoteBatch"]
 
@@ -165,18 +166,24 @@ class RemoteBatch:
     def script(self, *args: Any, **kwargs: Any) -> str:
         return self.system.script(*args, **kwargs)
 
-    def _run(self, command: list[str], what: str, stdin_from: str | None = None
-             ) -> subprocess.CompletedProcess:
+    def _run(self, command: list[str], what: str, stdin_from: str | None = None,
+             finish: bool = False) -> subprocess.CompletedProcess:
         line = shlex.join(command) + (f" < {shlex.quote(stdin_from)}" if stdin_from else "")
         try:
-            return self.cluster.connection.run([line], what)
+            return self.cluster.connection.run([line], what, finish=finish)
         except SSHError as err:
             raise AllocationError(str(err)) from err
 
     def submit(self, path: str, stdin: str | None = None) -> str:
         command = self.system.submit_command(path)
-        done = self._run(command, "submit the job",
-                         stdin_from=path if self.name == "lsf" else None)
+        try:
+            done = self._run(command, "submit the job",
+                             stdin_from=path if self.name == "lsf" else None, finish=True)
+        except InterruptedAfter as stop:  # Ctrl-C: the caller cancels the job it names
+            if stop.result.returncode == 0:
+                with contextlib.suppress(AllocationError):
+                    stop.job = self.system.job_id(stop.result.stdout)
+            raise
         if done.returncode == 127:
             raise AllocationError(self.cluster._no_batch(f"{command[0]}: command not found"))
         if done.returncode != 0:

@@ -29,7 +29,7 @@ from .._errors import SSHError
 from .._support.backoff import Backoff
 from . import shell
 
-__all__ = ["SSH", "Connection", "Reach"]
+__all__ = ["SSH", "Connection", "InterruptedAfter", "Reach"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -70,6 +70,18 @@ class SSH:
 
 def as_ssh(ssh: str | SSH) -> SSH:
     return ssh if isinstance(ssh, SSH) else SSH(ssh)
+
+
+class InterruptedAfter(KeyboardInterrupt):
+    """A Ctrl-C that came while a command ran that must not be cut short (a
+    submission: its job would be queued with nobody knowing its id); ``result``
+    is the command's, finished."""
+
+    def __init__(self, result: subprocess.CompletedProcess) -> None:
+        super().__init__()
+        self.result = result
+        #: What the caller made of ``result`` (a job id) before passing the Ctrl-C on.
+        self.job = ""
 
 
 class Reach:
@@ -187,26 +199,46 @@ class Connection:
 
     # ------------------------------------------------------------ commands
     def run(self, body: Sequence[str], what: str, *, timeout: float | None = None,
-            setup: bool = True) -> subprocess.CompletedProcess:
+            setup: bool = True, finish: bool = False) -> subprocess.CompletedProcess:
         """Run an ``sh`` script on the login node; its exit status and output.
 
         Raises :class:`SSHError` when ssh itself failed (status 255: the master
-        has gone, or the connection broke) or the deadline passed.
+        has gone, or the connection broke) or the deadline passed.  ``finish``:
+        a Ctrl-C meanwhile lets the command end first, then raises
+        :class:`InterruptedAfter` with its result.
         """
         text = shell.script(body, self.ssh.setup if setup else None)
         argv = shell.mux_command(self.target, self.control, options=self.ssh.options,
                                  connect_timeout=min(30.0, self.ssh.command_timeout))
         limit = self.ssh.command_timeout if timeout is None else timeout
-        try:
-            # A session of its own: a Ctrl-C meant for Python must not kill the
-            # scancel that the Ctrl-C itself asks for.
-            done = subprocess.run(argv, input=text, capture_output=True, text=True,
-                                  timeout=limit, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            raise SSHError(f"could not {what} on {self.target}: no answer within {limit:g} s"
-                           ) from None
+        deadline = time.monotonic() + limit
+        # A session of its own: a Ctrl-C meant for Python must not kill the
+        # scancel that the Ctrl-C itself asks for.
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        interrupted = False
+        send: str | None = text
+        with process:
+            while True:
+                try:
+                    out, err = process.communicate(
+                        send, timeout=max(0.0, deadline - time.monotonic()))
+                    break
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate()
+                    raise SSHError(f"could not {what} on {self.target}: no answer within "
+                                   f"{limit:g} s") from None
+                except KeyboardInterrupt:
+                    if not finish:
+                        process.kill()
+                        raise
+                    interrupted, send = True, None
+        done = subprocess.CompletedProcess(argv, process.returncode, out, err)
         if done.returncode == 255:
             raise SSHError(lost_message(self.target, what, done.stderr))
+        if interrupted:
+            raise InterruptedAfter(done)
         return done
 
     # ------------------------------------------------------------ forwards

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = [
     "REMOTE_SHELL",
@@ -189,12 +189,3 @@ def parse_private(output: str, path: str) -> tuple[str, str]:
                 "start again"), ""
     return "ok", text
 
-
-def environment_lines(environment: Mapping[str, str]) -> list[str]:
-    """``export`` lines for ``environment`` (names checked, values quoted)."""
-    lines = []
-    for name, value in environment.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"not an environment variable name: {name!r}")
-        lines.append(f"export {name}={shlex.quote(value)}")
-    return lines

@@ -95,11 +95,12 @@ class AllocatedExecutor(ConnectedExecutor):
                 f"{allocation} no longer serves (it ended, was cancelled, or reached its time "
                 f"limit); its output is {allocation.output}")
             if self._cluster is not None:
-                from .remote import lost_over_ssh
+                from .remote import lost_over_ssh, ssh_pointer
 
                 self._bridge.scheduler_lost_cause = lost_over_ssh(
                     self._cluster, str(allocation), self.scheduler_file, idle_timeout,
                     allocation.output)
+                self._bridge.scheduler_pointer = ssh_pointer(self._cluster, str(allocation))
 
     def _after_disconnect(self) -> None:
         """The SSH connection stays until the job has left the queue (_end_allocation)."""
@@ -338,6 +339,8 @@ def allocate(
         allocation.submit()
     except BaseException:
         if cluster is not None:
+            if allocation.job:  # Ctrl-C during the submission: it finished first
+                allocation.cancel()
             cluster.close()
         raise
     try:

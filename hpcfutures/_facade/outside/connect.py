@@ -78,7 +78,7 @@ class ConnectedExecutor(Executor):
             self.scheduler_file = expand_path(scheduler_file)
             super().__init__(**options)
             return
-        from .remote import lost_over_ssh, open_cluster
+        from .remote import lost_over_ssh, open_cluster, ssh_pointer
 
         self._cluster = cluster = open_cluster(ssh if ssh is not None else remote[0])
         # An executor never shut down (a notebook closed) still closes the master it opened.
@@ -96,6 +96,7 @@ class ConnectedExecutor(Executor):
         if self._bridge is not None:
             self._bridge.scheduler_lost_cause = lost_over_ssh(
                 cluster, "the serving launch", self.scheduler_file, None)
+            self._bridge.scheduler_pointer = ssh_pointer(cluster, "the serving launch")
 
     def _new_session(self, settings: Any) -> Session:
         self._outside: OutsideSession

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from ..._errors import NotServingError
 from ..._ssh.cluster import Cluster, RemoteBatch
-from ..._ssh.openssh import SSH
+from ..._ssh.openssh import SSH, InterruptedAfter
 from ..._ssh.shell import split_remote
 from ...launchers._exchange import SchedulerInfo
 from .batchjob import Allocation
 
-__all__ = ["RemoteAllocation", "lost_over_ssh", "open_cluster", "remote_location"]
+__all__ = ["RemoteAllocation", "lost_over_ssh", "open_cluster", "remote_location", "ssh_pointer"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -58,7 +58,11 @@ class RemoteAllocation(Allocation):
 
     def submit(self) -> str:
         self.cluster.write(self.script_path, self.script, mode=0o700)
-        self.job = self.system.submit(str(self.script_path))
+        try:
+            self.job = self.system.submit(str(self.script_path))
+        except InterruptedAfter as stop:  # a Ctrl-C during sbatch: allocate cancels it
+            self.job = stop.job
+            raise
         logger.info("submitted %s (script %s, output %s)", self, self.script_path, self.output)
         return self.job
 
@@ -77,6 +81,13 @@ class RemoteAllocation(Allocation):
 
     def output_tail(self, lines: int = 15) -> str:
         return self.cluster.tail(self.output, lines)
+
+
+def ssh_pointer(cluster: Cluster, what: str) -> str:
+    """What the executor's broken message says after the scheduler's address."""
+    return (f"{what}, reached through the SSH connection to {cluster.target}; if that "
+            "connection broke, the job still serves for a while and can be connected to "
+            "again (the cause below says how)")
 
 
 def lost_over_ssh(cluster: Cluster, what: str, scheduler_file: Path,
