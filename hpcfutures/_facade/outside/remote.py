@@ -62,7 +62,7 @@ class RemoteAllocation(Allocation):
             self.job = self.system.submit(str(self.script_path))
         except InterruptedAfter as stop:  # a Ctrl-C during sbatch: allocate cancels it
             self.job = stop.job
-            raise
+            raise KeyboardInterrupt from None
         logger.info("submitted %s (script %s, output %s)", self, self.script_path, self.output)
         return self.job
 
