@@ -12,7 +12,7 @@ LOG_TAG=ssh-lab-down
 source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "must be run as root"
-stop_pidfiles sshd 5 "$RUN/login.pid" "$RUN/nofwd.pid" "$RUN/bastion.pid"
+stop_pidfiles sshd 5 "$RUN"/{login,nofwd,twofactor,bastion}.pid
 for ns in hpcflap hpcfbast; do
   [ -e "/run/netns/$ns" ] || continue
   for pid in $(ip netns pids "$ns"); do kill -TERM "$pid" 2>/dev/null || true; done

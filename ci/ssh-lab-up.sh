@@ -5,7 +5,8 @@
 #
 #   netns hpcflap (the laptop)          netns hpcfbast (jump host)        this machine: login node
 #   user hpcflaptop, own /tmp           sshd 10.88.1.1:22                 sshd 10.88.2.1:2222
-#   eth0 10.88.1.2/30 ==veth== 10.88.1.1 | 10.88.2.2 ==veth== 10.88.2.1   (and :2223, forwarding off)
+#   eth0 10.88.1.2/30 ==veth== 10.88.1.1 | 10.88.2.2 ==veth== 10.88.2.1   (:2223 forwarding off,
+#                                                                          :2224 key + password)
 #   no default route                    no default route                  sbatch -> slurmctld, mn1..3
 #
 # The cluster account hpcfcluster (login shell tcsh, as some sites still give) runs the jobs; the
@@ -28,10 +29,11 @@ RUN=/run/hpcfutures-ssh-lab          # sshd pid files
 MN_CONF=/etc/hpcfutures-slurm-mn/slurm.conf
 CLUSTER_USER=hpcfcluster
 LAPTOP_USER=hpcflaptop
+LAB_PASSWORD=hpcf-lab-second-factor  # a lab's, for the "password after the key" sshd only
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 LOG_TAG=ssh-lab-up
-die_logs() { printf '%s\n' "$LOGDIR/login.log" "$LOGDIR/nofwd.log" "$LOGDIR/bastion.log"; }
+die_logs() { printf '%s\n' "$LOGDIR"/{login,nofwd,twofactor,bastion}.log; }
 # shellcheck source=ci/lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -64,7 +66,8 @@ done
 # 2. accounts: the cluster's (tcsh) and the laptop's, each unable to read the other's home.
 id "$CLUSTER_USER" >/dev/null 2>&1 || useradd -m -s /usr/bin/tcsh "$CLUSTER_USER"
 id "$LAPTOP_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$LAPTOP_USER"
-usermod -p '*' "$CLUSTER_USER"  # '!' (locked) makes sshd refuse even a key
+# A password ('!', locked, makes sshd refuse even a key): the second factor of the :2224 sshd.
+echo "$CLUSTER_USER:$LAB_PASSWORD" | chpasswd
 chmod 0700 "/home/$CLUSTER_USER" "/home/$LAPTOP_USER"
 install -d -m 0700 -o "$LAPTOP_USER" -g "$LAPTOP_USER" "/home/$LAPTOP_USER/.ssh"
 [ -f "/home/$LAPTOP_USER/.ssh/id_ed25519" ] ||
@@ -115,18 +118,21 @@ sshd_config() {  # NAME LISTEN HOSTKEY EXTRA...
     echo "ListenAddress $listen"
     echo "HostKey $ETC/$key"
     echo "PidFile $RUN/$name.pid"
-    printf '%s\n' "UsePAM no" "PubkeyAuthentication yes" "PasswordAuthentication no" \
+    # EXTRA first: sshd takes the first value it meets for an option
+    printf '%s\n' "$@" "UsePAM no" "PubkeyAuthentication yes" "PasswordAuthentication no" \
       "KbdInteractiveAuthentication no" "AuthenticationMethods publickey" \
       "AllowUsers $CLUSTER_USER" "PermitRootLogin no" "X11Forwarding no" "LogLevel VERBOSE" \
-      "SetEnv SLURM_CONF=$MN_CONF" "$@"
+      "SetEnv SLURM_CONF=$MN_CONF"
   } >"$ETC/$name.conf"
   /usr/sbin/sshd -t -f "$ETC/$name.conf" || die "sshd rejects $ETC/$name.conf"
 }
 sshd_config login 10.88.2.1:2222 login "AllowTcpForwarding yes"
 sshd_config nofwd 10.88.2.1:2223 login "AllowTcpForwarding no"
+sshd_config twofactor 10.88.2.1:2224 login "AllowTcpForwarding yes" \
+  "PasswordAuthentication yes" "AuthenticationMethods publickey,password"
 sshd_config bastion 10.88.1.1:22 bastion "AllowTcpForwarding yes" \
-  "PermitOpen 10.88.2.1:2222 10.88.2.1:2223"
-for name in login nofwd bastion; do
+  "PermitOpen 10.88.2.1:2222 10.88.2.1:2223 10.88.2.1:2224"
+for name in login nofwd twofactor bastion; do
   running "$RUN/$name.pid" sshd && continue
   log "starting sshd $name"
   if [ "$name" = bastion ]; then
@@ -148,11 +154,13 @@ Host cluster-nofwd
   Port 2223
 Host cluster-wrongkey
   UserKnownHostsFile ~/.ssh/known_hosts_wrong
+Host cluster-2fa
+  Port 2224
 Host cluster-own
   ControlMaster auto
   ControlPath ~/.ssh/cm-%C
   ControlPersist 60
-Host cluster cluster-nofwd cluster-wrongkey cluster-own
+Host cluster cluster-nofwd cluster-wrongkey cluster-own cluster-2fa
   HostName 10.88.2.1
   Port 2222
   User $CLUSTER_USER
@@ -161,7 +169,8 @@ Host cluster cluster-nofwd cluster-wrongkey cluster-own
   ServerAliveInterval 15
 EOF
 { echo "10.88.1.1 $(key bastion)"; echo "[10.88.2.1]:2222 $(key login)"
-  echo "[10.88.2.1]:2223 $(key login)"; } >"/home/$LAPTOP_USER/.ssh/known_hosts"
+  echo "[10.88.2.1]:2223 $(key login)"; echo "[10.88.2.1]:2224 $(key login)"
+} >"/home/$LAPTOP_USER/.ssh/known_hosts"
 chmod 0644 "/home/$LAPTOP_USER/.ssh/known_hosts"
 { echo "10.88.1.1 $(key bastion)"; echo "[10.88.2.1]:2222 $(key wrong)"; } \
   >"/home/$LAPTOP_USER/.ssh/known_hosts_wrong"

@@ -274,3 +274,25 @@ def test_no_batch_system_on_the_remote_path_suggests_setup_and_submits_nothing(c
     assert "ERROR no batch system found on cluster" in out, out
     assert "setup='module load slurm'" in out, out
     assert not _queue()
+
+
+def test_a_second_factor_is_asked_once_per_session_even_without_a_terminal(code):
+    """The :2224 sshd wants the key and then a password; the laptop's script has no
+    terminal (a notebook's case), so the prompt comes to the process (getpass)."""
+    log = Path("/var/log/hpcfutures-ssh-lab/twofactor.log")
+    before = log.read_text().count("Accepted password for")
+    out = _on_laptop(code, """
+        import getpass
+        asked = []
+        def answer(prompt):
+            asked.append(prompt)
+            return "hpcf-lab-second-factor"
+        getpass.getpass = answer
+        two = hpcfutures.SSH("cluster-2fa", python=SSH.python, setup=SSH.setup)
+        with hpcfutures.allocate(partition="mn", ssh=two, idle_timeout=60) as ex:
+            first = sum(ex.map(abs, range(10)))
+            second = sum(ex.map(abs, range(10)))
+        print("ASKED", len(asked), asked, first + second)
+        """)
+    assert "ASKED 1 " in out and "password" in out.lower(), out
+    assert log.read_text().count("Accepted password for") - before == 1

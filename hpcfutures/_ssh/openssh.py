@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from .._errors import SSHError
 from .._support.backoff import Backoff
 from . import shell
+from .askpass import has_terminal, login
 
 __all__ = ["SSH", "Connection", "InterruptedAfter", "Reach"]
 
@@ -100,6 +101,8 @@ class Connection:
         self.control: str | None = None
         #: Whether hpcfutures opened the master (and so closes it).
         self.owned = False
+        #: How many prompts (password, second factor) the login relayed from a notebook.
+        self.prompts = 0
         self._folder: str | None = None
         self._forwards: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
@@ -127,16 +130,24 @@ class Connection:
                                        connect_timeout=min(30.0, self.ssh.login_timeout),
                                        options=self.ssh.options)
         try:
-            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=self.ssh.login_timeout)
-        except subprocess.TimeoutExpired:
+            if has_terminal():  # ssh asks there itself
+                status = subprocess.run(command, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        timeout=self.ssh.login_timeout).returncode
+            else:  # a notebook: its prompts come here, through SSH_ASKPASS
+                status, self.prompts = login(command, self._folder, self.target,
+                                             self.ssh.login_timeout)
+        except (subprocess.TimeoutExpired, TimeoutError):
             self._forget_folder()
             raise SSHError(f"ssh {self.target}: no login within {self.ssh.login_timeout:g} s "
                            "(SSH(login_timeout=...) gives more time)") from None
-        said = _read(log)
-        if done.returncode != 0:
+        except BaseException:
             self._forget_folder()
-            raise SSHError(login_failure(self.target, done.returncode, said))
+            raise
+        said = _read(log)
+        if status != 0:
+            self._forget_folder()
+            raise SSHError(login_failure(self.target, status, said))
         self.owned = True
         logger.info("ssh: logged in to %s (control master %s)", self.target, self.control)
         return self
