@@ -161,3 +161,27 @@ def test_an_unknown_host_key_is_explained_and_says_nothing_was_submitted():
 def test_a_refused_login_is_explained():
     said = login_failure("cluster", 255, "alice@10.88.2.1: Permission denied (publickey).")
     assert "refused" in said and "ssh cluster" in said
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memory files are Linux's")
+def test_credentials_read_through_ssh_build_tls_contexts_without_touching_the_disk(monkeypatch):
+    """Dask writes PEM text to a temporary folder to load it; memory files spare that."""
+    import distributed.security
+
+    from hpcfutures import _dask
+    from hpcfutures._ssh.memfiles import in_memory_files
+    from hpcfutures._support.security import new_credentials
+
+    credentials = new_credentials()
+    paths = in_memory_files(credentials)
+    assert all(path.startswith("/proc/self/fd/") for path in paths.values())
+    assert in_memory_files(credentials) == paths  # one memory file per PEM, kept
+    assert open(paths["key"]).read() == credentials["key"] == open(paths["key"]).read()
+
+    def no_temporary_files(*args, **kwargs):
+        raise AssertionError("a temporary folder for the credentials")
+
+    monkeypatch.setattr(distributed.security.tempfile, "TemporaryDirectory", no_temporary_files)
+    for role in ("client", "worker"):
+        context = _dask.make_security(paths).get_connection_args(role)["ssl_context"]
+        assert context.verify_mode.name == "CERT_REQUIRED"

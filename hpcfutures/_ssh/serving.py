@@ -22,6 +22,7 @@ from .._errors import NotServingError, SSHError
 from .._launch.outside import OutsideSession, _ServingFile, serving_info, stale_error, stop_launch
 from ..launchers._exchange import SchedulerInfo
 from .cluster import Cluster
+from .memfiles import in_memory_files
 from .openssh import Reach
 from .shell import split_address
 
@@ -45,7 +46,8 @@ def forwarded(cluster: Cluster, info: SchedulerInfo, where: str) -> SchedulerInf
     if reach == Reach.FAILED:
         raise SSHError(f"could not reach {host}:{port} through {cluster.target}: {said}")
     local = cluster.connection.forward(host, port)
-    return dataclasses.replace(info, address=f"{scheme}://127.0.0.1:{local}")
+    return dataclasses.replace(info, address=f"{scheme}://127.0.0.1:{local}",
+                               security=in_memory_files(info.security))
 
 
 class SSHServingFile(_ServingFile):
