@@ -296,3 +296,32 @@ def test_a_second_factor_is_asked_once_per_session_even_without_a_terminal(code)
         """)
     assert "ASKED 1 " in out and "password" in out.lower(), out
     assert log.read_text().count("Accepted password for") - before == 1
+
+
+def test_a_job_that_dies_before_serving_says_so_with_its_output_from_the_cluster(code):
+    out = _on_laptop(code, """
+        broken = hpcfutures.SSH("cluster", python="/nowhere/bin/python", setup=SSH.setup)
+        try:
+            hpcfutures.allocate(partition="mn", ssh=broken)
+        except hpcfutures.NotServingError as err:
+            print("ERROR", err)
+        """)
+    assert "ERROR Slurm job" in out and "ended before it served" in out, out
+    assert "/nowhere/bin/python" in out, out  # the job's own output, read on the cluster
+    assert not _queue()
+
+
+def test_scale_adds_a_worker_job_on_the_cluster(code):
+    out = _on_laptop(code, """
+        with hpcfutures.allocate(nodes=1, tasks_per_node=2, partition="mn", ssh=SSH,
+                                 idle_timeout=60) as ex:
+            ex.scale(1)
+            deadline = time.monotonic() + 60
+            while ex.workers() < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            print("WORKERS", ex.workers(), len(ex.worker_jobs), str(ex.worker_jobs[0]))
+            print("SUM", sum(ex.map(abs, range(-20, 20))))
+        """)
+    assert "WORKERS 2 1 Slurm job" in out and "on cluster" in out, out
+    assert "SUM 400" in out, out
+    assert _until_queue_empty(5), _queue()
