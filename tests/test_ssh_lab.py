@@ -325,3 +325,14 @@ def test_scale_adds_a_worker_job_on_the_cluster(code):
     assert "WORKERS 2 1 Slurm job" in out and "on cluster" in out, out
     assert "SUM 400" in out, out
     assert _until_queue_empty(5), _queue()
+
+
+def test_ssh_check_names_a_version_mismatch_ahead_of_time(code):
+    out = _on_laptop(code, """
+        from hpcfutures._cli import main
+        os.environ["HPCFUTURES_FAKE_VERSIONS"] = "python=3.9"  # this side only (test seam)
+        print("STATUS", main(["ssh-check", "cluster", "--python", SSH.python, "--setup",
+                              SSH.setup]))
+        """)
+    assert "STATUS 1" in out, out
+    assert "error: versions differ:" in out and "this machine runs Python 3.9" in out, out

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from importlib import metadata
 
 __all__ = ["SSH_CHECK_DESCRIPTION", "ssh_check", "ssh_check_arguments"]
 
@@ -27,7 +25,7 @@ _CONFIG_KEYS = ("hostname", "user", "port", "proxyjump", "proxycommand", "contro
 
 #: Run by the remote interpreter: its versions, as JSON.
 _VERSIONS = ("import json, sys\nfrom importlib import metadata\nv = {'python': "
-             "'%d.%d.%d' % sys.version_info[:3]}\nfor n in ('hpcfutures', 'distributed', "
+             "'%d.%d' % sys.version_info[:2]}\nfor n in ('hpcfutures', 'distributed', "
              "'cloudpickle'):\n    try:\n        v[n] = metadata.version(n)\n    except "
              "Exception:\n        v[n] = None\nprint(json.dumps(v))\n")
 
@@ -82,8 +80,9 @@ def _look(cluster, report: dict, problems: list[str]) -> None:
     python = cluster.ssh.python or "python3"
     done = connection.run([f"{_quote(python)} - <<'EOF'", _VERSIONS.rstrip("\n"), "EOF"],
                           f"run {python}")
-    local = {"python": ".".join(map(str, sys.version_info[:3])),
-             **{n: _version(n) for n in ("hpcfutures", "distributed", "cloudpickle")}}
+    from .._support.environment import mismatch, versions
+
+    local = versions()
     if done.returncode != 0:
         report["remote_python"] = f"{python}: failed ({done.stderr.strip()[-300:]})"
         problems.append(f"{python} does not run on {cluster.target}: pass --python PATH (and "
@@ -95,9 +94,10 @@ def _look(cluster, report: dict, problems: list[str]) -> None:
                               for name in local}
         if remote.get("hpcfutures") is None:
             problems.append(f"hpcfutures is not installed for {python} on {cluster.target}")
-        if remote["python"].split(".")[:2] != str(local["python"]).split(".")[:2]:
-            problems.append(f"Python {remote['python']} there, {local['python']} here: "
-                            "functions travel as bytecode, so the minor versions must match")
+        else:
+            problem = mismatch("this machine", remote, f"{python} on {cluster.target}")
+            if problem:
+                problems.append(problem)
     host, port = connection.config.get("hostname", ""), int(connection.config.get("port", 22))
     reach, said = connection.reach(host, port)
     report["port_forwarding"] = {Reach.OPEN: "allowed", Reach.PROHIBITED: "prohibited",
@@ -111,13 +111,6 @@ def _quote(word: str) -> str:
     import shlex
 
     return shlex.quote(word)
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _print(report: dict, as_json: bool, status: int) -> int:
