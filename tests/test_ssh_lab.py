@@ -336,3 +336,25 @@ def test_ssh_check_names_a_version_mismatch_ahead_of_time(code):
         """)
     assert "STATUS 1" in out, out
     assert "error: versions differ:" in out and "this machine runs Python 3.9" in out, out
+
+
+def test_allocate_reuses_the_users_master_and_leaves_it_running_without_our_forward(code):
+    out = _on_laptop(code, """
+        import subprocess
+        def listening():
+            return subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
+        subprocess.run(["ssh", "-fN", "cluster-own"], check=True, timeout=30,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        own = hpcfutures.SSH("cluster-own", python=SSH.python, setup=SSH.setup)
+        with hpcfutures.allocate(partition="mn", ssh=own, idle_timeout=60) as ex:
+            print("OWNED", ex._cluster.connection.owned, sum(ex.map(abs, range(10))))
+            print("DURING", "127.0.0.1:" in listening())
+        print("AFTER", "127.0.0.1:" in listening())
+        alive = subprocess.run(["ssh", "-O", "check", "cluster-own"], capture_output=True,
+                               text=True, timeout=30)
+        print("STILL", alive.returncode)
+        subprocess.run(["ssh", "-O", "exit", "cluster-own"], capture_output=True, timeout=30)
+        """)
+    assert "OWNED False 45" in out and "DURING True" in out, out
+    assert "AFTER False" in out and "STILL 0" in out, out
+    assert _until_queue_empty(5), _queue()
