@@ -49,7 +49,8 @@ if [ ! -x /usr/sbin/sshd ] || ! command -v tcsh >/dev/null; then
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; own_policy=1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  timeout 600 apt-get update -qq || die "apt-get update failed or timed out"
+  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
     openssh-server tcsh >/dev/null
   [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
 fi
