@@ -17,6 +17,8 @@
     ├── NotServingError (ConnectionError)     connect(): no serving launch behind the file
     ├── VersionMismatchError (RuntimeError)   the client, scheduler or workers run another
     │                                         Python or hpcfutures/distributed/cloudpickle
+    ├── SSHError (ConnectionError)            ssh=: login, host key, forwarding or the
+    │                                         connection failed (says what ssh said)
     ├── SerializationError (TypeError,        a call, its arguments or its result could
     │       pickle.PicklingError)             not be pickled
     ├── RemoteExceptionError (RuntimeError)   a call raised an exception whose class the
@@ -54,6 +56,7 @@ __all__ = [
     "NotServingError",
     "QueueTimeoutError",
     "RemoteExceptionError",
+    "SSHError",
     "SchedulerFileError",
     "SerializationError",
     "StartupTimeoutError",
@@ -149,6 +152,13 @@ class VersionMismatchError(HPCFuturesError, RuntimeError):
 
     Raised before the first call, naming both sides' versions.
     """
+
+
+class SSHError(HPCFuturesError, ConnectionError):
+    """The way to a cluster through ``ssh`` (``allocate(ssh=...)``, ``connect("host:path")``)
+    failed: an unknown or changed host key, a refused login, a site that allows no
+    port forwarding, or an SSH connection that broke.  The message quotes ssh and
+    says whether anything was left running on the cluster."""
 
 
 class SerializationError(HPCFuturesError, TypeError, pickle.PicklingError):

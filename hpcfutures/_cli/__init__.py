@@ -14,7 +14,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
-from . import submit
+from . import ssh_check, submit
 from .serving import play_serving_role
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
@@ -301,6 +301,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "join", "serve as workers of the serving launch behind FILE (from another job)",
         "srun -n 8 hpcfutures join ~/hpcfutures-4711.json", submit.join_arguments,
         submit.join, description=submit.JOIN_DESCRIPTION),
+    Subcommand(
+        "ssh-check", "what allocate(ssh=HOST) would find on a cluster reached by ssh",
+        "hpcfutures ssh-check cluster --python /scratch/me/env/bin/python",
+        ssh_check.ssh_check_arguments, ssh_check.ssh_check,
+        description=ssh_check.SSH_CHECK_DESCRIPTION),
 )
 
 

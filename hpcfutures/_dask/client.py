@@ -166,9 +166,13 @@ async def request_stop(address: str, timeout: float, security: Security | None =
 
 
 async def connect_client(address: str, timeout: float, security: Security | None = None,
-                         connections: int = 512) -> Client:
+                         connections: int = 512, direct: bool = True) -> Client:
     """An asynchronous Dask client, registered with the coordinator as *the* client,
-    keeping up to ``connections`` connections to workers open (limits.client_connections)."""
+    keeping up to ``connections`` connections to workers open (limits.client_connections).
+
+    ``direct``: results come straight from the worker that holds them, not
+    through the scheduler (a 40 MiB result crosses the network once); False
+    for a client that reaches only the scheduler (through an SSH forward)."""
     # A large argument travels inside its call, as with any executor; Dask's
     # advice to scatter it or load it with Dask is not the user's to act on.
     warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning,
@@ -180,9 +184,7 @@ async def connect_client(address: str, timeout: float, security: Security | None
         timeout=timeout,
         set_as_default=False,
         security=security,
-        # Results come straight from the worker that holds them, not
-        # through the scheduler (a 40 MiB result crosses the network once).
-        direct_to_workers=True,
+        direct_to_workers=direct,
         connection_limit=connections,
     )
     await scheduler_rpc(client).hpcfutures_register(client=client.id)

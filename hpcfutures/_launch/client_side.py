@@ -139,9 +139,11 @@ class ClientSide:
             address = self._scheduler_address(_dask)
             self.plan.launcher.before_client(self.plan.identity)
             timeout = self.settings.timeout
+            exchange = self.plan.exchange
             self.client = self._run(
                 _dask.connect_client(address, timeout, _dask.make_security(self.credentials),
-                                     client_connections(self.plan.identity.size)),
+                                     client_connections(self.plan.identity.size),
+                                     exchange is None or exchange.direct_to_workers),
                 timeout, f"connecting to the scheduler at {address}")
             note_import_path(self.client, self.import_path)  # see _remote/modules.py
             if self.local_workers is not None:

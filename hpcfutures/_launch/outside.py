@@ -22,7 +22,7 @@ import datetime
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -41,7 +41,8 @@ from .session import Session
 if TYPE_CHECKING:
     from .client_side import BridgeFactory, ClientBridge
 
-__all__ = ["OutsideSession", "expand_path", "serving_info", "stale_error", "stop_launch"]
+__all__ = ["FileReader", "OutsideSession", "expand_path", "serving_info", "stale_error",
+           "stop_launch"]
 
 
 # ------------------------------------------------------------ the file
@@ -59,14 +60,18 @@ def _when(stamp: float) -> str:
     return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def serving_info(path: Path) -> SchedulerInfo:
+#: Reads a scheduler file: this machine's (the default), or one on a cluster through SSH.
+FileReader = Callable[[Path], "SchedulerInfo | None"]
+
+
+def serving_info(path: Path, read: FileReader = read_scheduler_file) -> SchedulerInfo:
     """The published info of the serving launch behind ``path``, or why there is none.
 
     Does not contact the scheduler; :func:`stale_error` explains one that
     does not answer.
     """
     try:
-        info = read_scheduler_file(path)
+        info = read(path)
     except PermissionError as err:
         raise SchedulerFileError(
             f"cannot read the scheduler file {path}: permission denied. Only the user who "
@@ -184,7 +189,8 @@ class OutsideSession(Session):
         return self._client_side.start()
 
 
-def stop_launch(path: Path, info: SchedulerInfo, timeout: float) -> None:
+def stop_launch(path: Path, info: SchedulerInfo, timeout: float,
+                read: FileReader = read_scheduler_file) -> None:
     """Send the stop request, then wait until the scheduler has retired its file."""
     from .. import _dask
     from .._support.loop import LoopThread
@@ -203,7 +209,7 @@ def stop_launch(path: Path, info: SchedulerInfo, timeout: float) -> None:
     if not accepted:
         raise NotServingError(f"the scheduler at {info.address} refused to stop: the launch "
                               f"behind {path} is not a serving launch")
-    _await_retired(path, info, timeout)
+    _await_retired(path, info, timeout, read)
 
 
 async def _ask_to_stop(_dask: ModuleType, info: SchedulerInfo, timeout: float,
@@ -219,12 +225,13 @@ async def _ask_to_stop(_dask: ModuleType, info: SchedulerInfo, timeout: float,
     return await _dask.request_stop(info.address, timeout, security, reason)
 
 
-def _await_retired(path: Path, info: SchedulerInfo, timeout: float) -> None:
+def _await_retired(path: Path, info: SchedulerInfo, timeout: float,
+                   read: FileReader) -> None:
     deadline = time.monotonic() + timeout
     backoff = Backoff(first=0.02, cap=0.5)
     while True:
         try:
-            current = read_scheduler_file(path)
+            current = read(path)
         except (SchedulerFileError, OSError):
             current = None  # replaced by something else: not our launch any more
         if current is None or current.finished or current.nonce != info.nonce:

@@ -76,6 +76,11 @@ class SchedulerInfo:
 class AddressExchange(abc.ABC):
     """How the scheduler's address reaches the other processes of one launch."""
 
+    #: Whether a client fetches results straight from the workers that hold them
+    #: (one network crossing); False where only the scheduler is reachable (a
+    #: client outside the cluster, through one forwarded port).
+    direct_to_workers: bool = True
+
     #: Shown by ``hpcfutures info``: where the address travels.
     description: str = ""
     #: Whether a scheduler that stops answering has finished rather than died.

@@ -27,10 +27,10 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..._errors import AllocationLostError, NotServingError
-from ..._launch.outside import expand_path, stop_launch
+from ..._launch.outside import expand_path
 from ..._support.values import to_seconds
 from ...launchers._batchfind import detect_batch_system, get_batch_system
 from ...launchers._batchscript import (
@@ -41,6 +41,10 @@ from ...launchers._batchscript import (
 )
 from .batchjob import Allocation, await_serving
 from .connect import ConnectedExecutor
+
+if TYPE_CHECKING:
+    from ..._ssh.cluster import Cluster
+    from ..._ssh.openssh import SSH
 
 __all__ = ["AllocatedExecutor", "allocate"]
 
@@ -68,9 +72,10 @@ class AllocatedExecutor(ConnectedExecutor):
 
     def __init__(self, allocation: Allocation, scheduler_file: Path, *,
                  timeout: float | str | None = None, serve_command: Sequence[str] = (),
-                 worker_request: Request | None = None) -> None:
+                 worker_request: Request | None = None, cluster: Cluster | None = None,
+                 idle_timeout: float | None = None) -> None:
         self.allocation = allocation
-        super().__init__(scheduler_file, timeout=timeout)
+        super().__init__(scheduler_file, timeout=timeout, ssh=cluster)
         self._worker_request = worker_request
         self._serve_command = list(serve_command)
         #: Worker jobs added by scale()/adapt(): each an Allocation.
@@ -89,6 +94,16 @@ class AllocatedExecutor(ConnectedExecutor):
             self._bridge.scheduler_lost_cause = NotServingError(
                 f"{allocation} no longer serves (it ended, was cancelled, or reached its time "
                 f"limit); its output is {allocation.output}")
+            if self._cluster is not None:
+                from .remote import lost_over_ssh, ssh_pointer
+
+                self._bridge.scheduler_lost_cause = lost_over_ssh(
+                    self._cluster, str(allocation), self.scheduler_file, idle_timeout,
+                    allocation.output)
+                self._bridge.scheduler_pointer = ssh_pointer(self._cluster, str(allocation))
+
+    def _after_disconnect(self) -> None:
+        """The SSH connection stays until the job has left the queue (_end_allocation)."""
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         try:
@@ -117,14 +132,17 @@ class AllocatedExecutor(ConnectedExecutor):
         for worker_job in self.worker_jobs:
             if worker_job.state() is JobState.PENDING:
                 worker_job.cancel()
-        info = self._outside.exchange.found
-        if info is not None and self.allocation.state() is not JobState.GONE:
-            try:
-                stop_launch(self.scheduler_file, info, self._session.settings.timeout)
-            except Exception as err:  # the job is cancelled below instead
-                logger.info("could not stop %s politely: %s", self.allocation, err)
-        for job in (self.allocation, *self.worker_jobs):
-            job.leave_queue(LEAVE_GRACE)
+        try:
+            info = self._outside.exchange.found
+            if info is not None and self.allocation.state() is not JobState.GONE:
+                try:
+                    self._stop_launch(info)
+                except Exception as err:  # the job is cancelled below instead
+                    logger.info("could not stop %s politely: %s", self.allocation, err)
+            for job in (self.allocation, *self.worker_jobs):
+                job.leave_queue(LEAVE_GRACE)
+        finally:
+            self._release_cluster()
 
     # ------------------------------------------------------------ scaling
     def workers(self) -> int:
@@ -154,7 +172,7 @@ class AllocatedExecutor(ConnectedExecutor):
         count = sum(job.request.array or 1 for job in self.worker_jobs)
         if jobs > count:
             request = Request(**{**vars(self._worker_request), "array": jobs - count})
-            worker_job = Allocation(self.allocation.system, request,
+            worker_job = type(self.allocation)(self.allocation.system, request,
                                     self.allocation.script_path.parent, self._serve_command)
             worker_job.submit()
             self.worker_jobs.append(worker_job)
@@ -232,6 +250,7 @@ def allocate(
     min_workers: int | None = None,
     timeout: float | str | None = None,
     queue_timeout: float | str | None = None,
+    ssh: str | SSH | None = None,
 ) -> AllocatedExecutor:
     """Submit a serving job to the batch system, wait until it serves, and connect to it.
 
@@ -271,24 +290,41 @@ def allocate(
             start-up wait (as for connect()).  Default: ``60`` s.
         queue_timeout: How long the job may wait in the queue; then it is
             cancelled and :class:`QueueTimeoutError` raised.  Default: no limit.
+        ssh: Submit from this machine to a cluster reached by ``ssh``: a host or
+            ``~/.ssh/config`` alias, or :class:`~hpcfutures.SSH` for the remote
+            ``python`` and ``setup``.  ``job_dir`` is then on the cluster (``~``
+            its home), and the client reaches the job's scheduler through one
+            port forwarded over the SSH connection.  See the documentation's page
+            on working from a laptop.
 
     Raises:
         AllocationError: the batch system refused the job (its message is quoted).
         QueueTimeoutError: still queued after ``queue_timeout``.
         NotServingError: the job ended before it served (its output is quoted).
         StartupTimeoutError: it ran but did not serve within ``timeout``.
+        SSHError: ``ssh=``: the login failed (nothing was submitted), the site
+            forbids port forwarding, or the connection broke.
     """
-    system = get_batch_system(batch_system) if batch_system else detect_batch_system()
+    from .remote import RemoteAllocation, open_cluster
+
+    cluster = open_cluster(ssh) if ssh is not None else None
+    try:
+        system = cluster.batch_system(batch_system).as_batch_system() if cluster else \
+            get_batch_system(batch_system) if batch_system else detect_batch_system()
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
     wait_queue = None if queue_timeout is None else to_seconds(queue_timeout)
     wait_start = to_seconds(timeout) if timeout is not None else None
     request = Request(nodes=nodes, tasks_per_node=tasks_per_node, time=parse_walltime(time),
                       partition=partition, account=account, memory=memory_megabytes(memory),
                       gpus=gpus, name=job_name, directives=tuple(directives),
                       parallel_environment=parallel_environment)
-    folder = expand_path(job_dir)
+    folder = cluster.path(job_dir) if cluster else expand_path(job_dir)
     token = uuid.uuid4().hex[:12]
     schedfile = folder / f"{job_name}-{token}.json"
-    interpreter = python or sys.executable
+    interpreter = python or (cluster.ssh.python or "python3" if cluster else sys.executable)
     serve = [interpreter, "-m", "hpcfutures", "serve", "--scheduler-file", str(schedfile)]
     if wait_start is not None:
         serve += ["--timeout", f"{wait_start:g}"]
@@ -297,9 +333,16 @@ def allocate(
     environment = {name: str(value) for name, value in (
         ("HPCFUTURES_RELEASE_IDLE_AFTER", release_idle_after),
         ("HPCFUTURES_MIN_WORKERS", min_workers)) if value is not None}
-    allocation = Allocation(system, request, folder, command, token=token,
-                            environment=environment)
-    allocation.submit()
+    allocation = (RemoteAllocation if cluster else Allocation)(
+        system, request, folder, command, token=token, environment=environment)
+    try:
+        allocation.submit()
+    except BaseException:
+        if cluster is not None:
+            if allocation.job:  # Ctrl-C during the submission: it finished first
+                allocation.cancel()
+            cluster.close()
+        raise
     try:
         from ..._support.config import resolve_settings
 
@@ -312,8 +355,12 @@ def allocate(
         return AllocatedExecutor(allocation, schedfile, timeout=timeout,
                                  serve_command=[interpreter, "-m", "hpcfutures", "join",
                                                 str(schedfile)],
-                                 worker_request=worker_request)
+                                 worker_request=worker_request, cluster=cluster,
+                                 idle_timeout=None if idle_timeout is None
+                                 else to_seconds(idle_timeout))
     except BaseException:  # Ctrl-C included: nothing may stay in the queue
         allocation.cancel()
+        if cluster is not None:
+            cluster.close()
         raise
 

@@ -18,6 +18,8 @@ from ..._errors import NotServingError, QueueTimeoutError, StartupTimeoutError
 from ..._launch.outside import serving_info
 from ..._support.backoff import Backoff
 from ...launchers._batchscript import BatchSystem, JobState, Request
+from ...launchers._exchange import SchedulerInfo
+from ...launchers._schedfile import read_scheduler_file
 
 __all__ = ["Allocation", "await_serving"]
 
@@ -57,6 +59,10 @@ class Allocation:
 
     def state(self) -> JobState | None:
         return self.system.state(self.job)
+
+    def read_scheduler_file(self, path: Path) -> SchedulerInfo | None:
+        """The job's scheduler file (None while absent), where the job writes it."""
+        return read_scheduler_file(path)
 
     def cancel(self) -> None:
         said = self.system.cancel(self.job)
@@ -101,7 +107,7 @@ def await_serving(allocation: Allocation, path: Path, queue_timeout: float | Non
     while True:
         state = allocation.state()
         with contextlib.suppress(NotServingError):
-            serving_info(path)
+            serving_info(path, allocation.read_scheduler_file)
             return
         now = time.monotonic()
         if state is JobState.GONE:
