@@ -55,6 +55,8 @@ from ._facade.allocate import AllocatedExecutor, allocate
 from ._facade.connect import ConnectedExecutor, connect, stop
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from ._facade.mpitask import MPITask, mpi_task
+from ._facade.tasks import Task, task
+from ._remote.gpus import current_gpus
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
 try:
@@ -91,11 +93,14 @@ __all__ = [
     "SlurmExecutor",
     "StartupTimeoutError",
     "StopTimeoutError",
+    "Task",
     "TaskMemoryError",
     "TimeLimitError",
     "WorkerCrashError",
     "allocate",
     "connect",
+    "current_gpus",
     "mpi_task",
     "stop",
+    "task",
 ]

@@ -50,6 +50,7 @@ from .cluster import (
     worker_changes,
     worker_facts,
     worker_names,
+    worker_resources,
 )
 from .coordinator import Coordinator
 from .deaths import death_certificate, death_certificates, lost_worker, report_death
@@ -104,4 +105,5 @@ __all__ = [
     "worker_changes",
     "worker_facts",
     "worker_names",
+    "worker_resources",
 ]

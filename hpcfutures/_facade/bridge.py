@@ -275,12 +275,9 @@ class TaskBridge:
 
     # --------------------------------------------------------------- cluster
     def worker_threads(self) -> int:
-        """Worker threads in the cluster, as last seen by the loop thread.
-
-        Any thread may ask; none but the loop thread touches the Dask client
-        (from another thread its methods turn into blocking calls into the
-        loop, which deadlocks when the loop waits on the caller).
-        """
+        """Worker threads in the cluster, as last seen by the loop thread.  Any thread
+        may ask; only the loop thread touches the Dask client (from another thread its
+        methods block on the loop, a deadlock when the loop waits on the caller)."""
         return self._total_threads
 
     def worker_memory(self, timeout: float) -> dict[str, WorkerMemory]:
@@ -295,6 +292,10 @@ class TaskBridge:
     def workers_now(self, timeout: float) -> int:
         """Workers connected right now, asked of the scheduler (not from the loop thread)."""
         return self._loop.run_sync(self._live_workers(), timeout)
+
+    def ask(self, question: Callable[[Any], Any], timeout: float) -> Any:
+        """``await question(client)`` on the loop, answered within ``timeout`` s (not from it)."""
+        return self._loop.run_sync(question(self._client), timeout)
 
     def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
         """The scheduler's word on the workers and threads present, and on those that

@@ -27,6 +27,7 @@ from .._remote.shipping import ShippedFunction
 from .._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
+from .tasks import needs_of
 
 __all__ = ["Sender"]
 
@@ -94,24 +95,25 @@ class Sender:
                 args, kwargs = resolved
             elif runner is run_chunk_task and not isinstance(args[0], Rows):
                 args = (Rows(args[0]),)  # no future inside: Dask need not look
-            # One graph per runner; per call count too when counts are annotated.
+            # One graph per runner and needs; per call count too when counts are annotated.
             calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
             name = getattr(fn, "__name__", "task")
-            groups.setdefault((runner, calls), []).append(
+            groups.setdefault((runner, calls, needs_of(fn)), []).append(
                 (future, fn, args, kwargs, self._key(name)))
         self._send_groups(groups)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
-        for (runner, calls), group in groups.items():
-            self._send(runner, group, calls)
+        for (runner, calls, needs), group in groups.items():
+            self._send(runner, group, calls, None if needs is None else needs.resources())
 
-    def _send(self, runner: Callable[..., Any], group: list, calls: int) -> None:
+    def _send(self, runner: Callable[..., Any], group: list, calls: int,
+              resources: dict[str, float] | None = None) -> None:
         shipped = _shipped_functions(fn for _, fn, *_ in group)
         columns = zip(*[(shipped.get(id(fn), fn), args, kwargs)
                         for _, fn, args, kwargs, _ in group], strict=True)
         try:
             with self._counted(calls):
-                dask_futures = self._client.map(runner, *columns,
+                dask_futures = self._client.map(runner, *columns, resources=resources,
                                                 key=[key for *_, key in group], pure=False)
         except Exception:
             dask_futures = [self._send_one(runner, item, calls) for item in group]
@@ -127,7 +129,7 @@ class Sender:
             # would hand back those never-to-finish futures.
             with self._counted(calls):
                 return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
-                                           pure=False)
+                                           resources=_resources_of(fn), pure=False)
         except Exception as err:
             settle(future, exception=_submission_error(
                 fn, err, _unpicklable_part(runner, fn, args, kwargs)))
@@ -140,7 +142,8 @@ class Sender:
         key = self._key(name)
         try:
             with self._counted(calls):
-                dask_future = self._client.submit(runner, *args, key=key, pure=False)
+                dask_future = self._client.submit(runner, *args, key=key, pure=False,
+                                                  resources=_bundle_resources(args))
         except Exception:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
@@ -162,7 +165,8 @@ class Sender:
         key = self._key("bundle")
         try:
             with self._counted(len(args[0])):
-                dask_future = self._client.submit(runner, *args, key=key, pure=False)
+                dask_future = self._client.submit(runner, *args, key=key, pure=False,
+                                                  resources=_bundle_resources(args))
         except Exception as err:
             settle(future, exception=err)
             return
@@ -219,6 +223,20 @@ class Sender:
         if future.done():
             return future.result()  # failed before it was sent: raises its error
         raise _NotSentYet
+
+
+def _resources_of(fn: Any) -> dict[str, float] | None:
+    """Dask's resource restrictions for a call of ``fn`` (a task that states needs)."""
+    needs = needs_of(fn)
+    return None if needs is None else needs.resources()
+
+
+def _bundle_resources(args: tuple) -> dict[str, float] | None:
+    """A bundle's restrictions: its calls are of one function (bundles.py)."""
+    calls = args[0] if args else None
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], tuple):
+        return None
+    return _resources_of(calls[0][0])
 
 
 def _calls_in(chunk: list | Rows) -> int:
