@@ -59,7 +59,7 @@ from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_
 from .scheduler import SchedulerService
 from .tuning import patient_connects
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
-from .worker import WorkerService, run_worker, startup_error
+from .worker import WorkerService, declared_resources, run_worker, startup_error
 
 __all__ = [
     "EXIT_FAILED",
@@ -79,6 +79,7 @@ __all__ = [
     "dashboard_facts",
     "death_certificate",
     "death_certificates",
+    "declared_resources",
     "finish_client",
     "follow_cluster",
     "follow_member_losses",

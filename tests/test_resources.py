@@ -1,0 +1,222 @@
+"""Calls that say what they need (issue 28): ``hpcfutures.task(fn, cores=, gpus=, memory=)``.
+
+Unit tests first (the wrapper, the needs, each worker's share of its node's
+GPUs, the check at ``submit``), then one job script (jobs/resources_job.py)
+that checks every case of the issue, launched for real: on the laptop, under
+``hpcfutures run`` and ``mpiexec`` with GPUs declared through
+``HPCFUTURES_GPUS``, and under ``srun`` on the local Slurm's GPUs (GRES on
+device files ci/slurm-up.sh makes, for which Slurm sets ``CUDA_VISIBLE_DEVICES``).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import cloudpickle
+import pytest
+from helpers import JOBS, MPI_LOOPBACK, have_mpi, require, run_job, slurm_is_up
+
+import hpcfutures
+from hpcfutures import Task, mpi_task, task
+from hpcfutures._dask import declared_resources
+from hpcfutures._facade.tasks import check_fits, needs_of
+from hpcfutures._remote import gpus
+from hpcfutures._support.needs import Needs, fits
+from hpcfutures.launchers._gpus import local_size, node_ranks, share_of, visible_gpus, worker_slot
+
+JOB = JOBS / "resources_job.py"
+FOUR_THREADS = {"HPCFUTURES_THREADS_PER_WORKER": "4", "HPCFUTURES_TIMEOUT": "60"}
+
+
+def double(x):
+    return 2 * x
+
+
+# ---------------------------------------------------------------- the wrapper
+def test_the_wrapper_carries_needs_calls_through_and_pickles():
+    wrapped = task(double, gpus=1, memory="2GB")
+    assert isinstance(wrapped, Task) and wrapped(4) == 8 and wrapped.__name__ == "double"
+    assert wrapped.needs == Needs(gpus=1, memory=2_000_000_000)
+    assert repr(wrapped) == "task('double', gpus=1, memory=1.86 GiB)"
+    assert pickle.loads(pickle.dumps(wrapped)) == wrapped
+    assert cloudpickle.loads(cloudpickle.dumps(task(lambda: 3, cores=2)))() == 3
+    assert task(wrapped, cores=4).needs == Needs(cores=4, gpus=1, memory=2_000_000_000)
+
+    @task(cores=2)
+    def decorated(x):
+        return x + 1
+
+    assert isinstance(decorated, Task) and decorated(1) == 2 and decorated.needs.cores == 2
+    assert needs_of(double) is None and needs_of(task(double)) is None
+    assert needs_of(decorated) == Needs(cores=2)
+
+
+@pytest.mark.parametrize("needs, error, message", [
+    ({"gpus": -1}, ValueError, "gpus must be 0 or more, got -1"),
+    ({"cores": 1.5}, TypeError, "cores must be an int"),
+    ({"gpus": True}, TypeError, "gpus must be an int"),
+    ({"memory": "lots"}, ValueError, "memory must be a number of bytes or a size"),
+    ({"memory": [1]}, TypeError, "memory must be a number of bytes or a size"),
+])
+def test_bad_needs_are_refused_when_the_task_is_made(needs, error, message):
+    with pytest.raises(error, match=message):
+        task(double, **needs)
+
+
+def test_the_wrapper_refuses_what_is_not_a_plain_function():
+    with pytest.raises(TypeError, match="needs a callable"):
+        task(3, gpus=1)
+    with pytest.raises(TypeError, match=r"mpi_task\(fn, ranks=N, cores="):
+        task(mpi_task(double, ranks=2), gpus=1)
+
+
+def test_mpi_task_takes_the_needs_of_each_rank():
+    wrapped = mpi_task(double, ranks=2, gpus=1)
+    assert wrapped.needs == Needs(gpus=1) and repr(wrapped) == "mpi_task('double', ranks=2, gpus=1)"
+    assert pickle.loads(pickle.dumps(wrapped)) == wrapped
+    assert mpi_task(double, ranks=2).needs.resources() is None
+
+
+def test_needs_are_dask_resources_a_worker_meets_or_not():
+    have = declared_resources(4, 4 * 2**30, gpus=1)
+    assert have == {"cores": 4.0, "gpus": 1.0, "memory": float(4 * 2**30)}
+    assert fits(Needs(cores=4, gpus=1, memory=2**30), have)
+    assert not fits(Needs(gpus=2), have) and not fits(Needs(cores=5), have)
+    assert Needs.of(cores=0, gpus=0).resources() is None  # zero: nothing asked
+
+
+def test_submit_refuses_needs_no_worker_meets_naming_both():
+    workers = [declared_resources(2, 2**30, 0), declared_resources(4, 2**30, 1)]
+    check_fits(Needs(cores=4, gpus=1), lambda: (workers, 2), timeout=1)
+    with pytest.raises(ValueError, match=r"asks for gpus=99, but no worker .* the largest has "
+                                         r"cores=4, gpus=1, memory=1.00 GiB"):
+        check_fits(Needs(gpus=99), lambda: (workers, 2), timeout=1)
+    with pytest.raises(ValueError, match=r"asks for 2 ranks with gpus=1 each, but only 1"):
+        check_fits(Needs(gpus=1), lambda: (workers, 2), timeout=1, count=2)
+
+
+def test_submit_waits_for_expected_workers_before_refusing():
+    """A worker that has the GPU may still be joining: asked again until all joined."""
+    answers = iter([([], 2), ([declared_resources(1, 0, 0)], 2),
+                    ([declared_resources(1, 0, 0), declared_resources(1, 0, 1)], 2)])
+    check_fits(Needs(gpus=1), lambda: next(answers), timeout=10, patience=0.001)
+
+
+# ------------------------------------------------------- each worker's GPUs
+@pytest.mark.parametrize("environ, index, count, ids, own", [
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 1, 2, ("2", "3"), True),   # a share each
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 0, 1, ("0", "1", "2", "3"), True),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 1, 4, ("1",), True),           # more workers than GPUs
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 3, 4, ("1",), False),          # pinned, not its own
+    ({"CUDA_VISIBLE_DEVICES": "5", "SLURM_GPUS_PER_TASK": "1"}, 3, 4, ("5",), True),
+    ({"SLURM_STEP_GPUS": "6,7"}, 0, 2, ("6",), True),
+    ({"ROCR_VISIBLE_DEVICES": "0,1"}, 1, 2, ("1",), True),
+    ({"HPCFUTURES_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "3"}, 1, 2, ("1",), True),
+    ({"HPCFUTURES_GPUS": "none", "CUDA_VISIBLE_DEVICES": "3"}, 0, 1, (), True),
+    ({"CUDA_VISIBLE_DEVICES": ""}, 0, 1, (), True),
+    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, 0, 1, (), True),
+    ({}, 0, 1, (), True),
+])
+def test_each_worker_owns_its_share_of_the_node_gpus(environ, index, count, ids, own):
+    share = share_of(environ, index, count)
+    assert (share.ids, share.own) == (ids, own)
+    assert share.count == (len(ids) if own else 0)
+
+
+def test_gpus_are_pinned_through_the_variables_the_launcher_set():
+    both = {"CUDA_VISIBLE_DEVICES": "0", "ZE_AFFINITY_MASK": "0"}
+    assert visible_gpus(both)[1] == ("CUDA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+    assert visible_gpus({"HPCFUTURES_GPUS": "0"})[1:] == (("CUDA_VISIBLE_DEVICES",),
+                                                          "HPCFUTURES_GPUS")
+
+
+def test_a_worker_knows_its_place_among_its_node_workers():
+    # Slurm lists the node's ranks: the scheduler (0) and the client (1) are no workers
+    assert worker_slot(3, 8, 2, 3, 4, [0, 1, 2, 3], False) == (1, 2)
+    assert worker_slot(5, 8, 2, 1, 4, [4, 5, 6, 7], False) == (1, 4)
+    assert worker_slot(4, 6, 2, 4, None, None, True) == (2, 4)       # one host: by rank
+    assert worker_slot(4, 9, 2, 1, 3, None, False) == (1, 3)         # else: by local rank
+    assert node_ranks({"SLURM_GTIDS": "4,5"}, "slurm") == [4, 5]
+    assert node_ranks({"SLURM_GTIDS": "4,5"}, "mpi") is None
+    assert local_size({"MPI_LOCALNRANKS": "3"}) == 3 and local_size({}) is None
+
+
+def test_a_call_holds_gpus_of_its_own_while_it_runs(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    gpus.install(["4", "5"], ["CUDA_VISIBLE_DEVICES"])
+    try:
+        with gpus.holding(1) as first, gpus.holding(1) as nested:
+            assert first == nested == ("4",) == hpcfutures.current_gpus()
+        assert task(lambda: (hpcfutures.current_gpus(), os.environ["CUDA_VISIBLE_DEVICES"]),
+                    gpus=2)() == (("4", "5"), "4,5")
+        assert hpcfutures.current_gpus() == ("4", "5")
+    finally:
+        gpus.install([], ["CUDA_VISIBLE_DEVICES"])
+
+
+# =========================================================== launched for real
+def resources_passed(job) -> bool:
+    return job.returncode == 0 and "RESOURCES OK" in job.stdout and "FAILED" not in job.stdout
+
+
+@pytest.mark.timeout(90)
+def test_resources_on_the_laptop():
+    """3 local workers, 2 GPUs declared: the third worker has none of its own."""
+    env = {**FOUR_THREADS, "HPCFUTURES_GPUS": "0,1", "HPCFUTURES_MAX_WORKERS": "3"}
+    job = run_job([sys.executable, JOB, "3", "2"], env=env, timeout=75)
+    assert resources_passed(job), job
+
+
+@pytest.mark.timeout(90)
+def test_resources_under_hpcfutures_run():
+    env = {**FOUR_THREADS, "HPCFUTURES_GPUS": "0,1"}
+    job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "5", sys.executable, JOB,
+                   "3", "2"], env=env, timeout=75)
+    assert resources_passed(job), job
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_resources_under_mpiexec_with_an_mpi_task():
+    require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    env = {**FOUR_THREADS, **MPI_LOOPBACK, "HPCFUTURES_GPUS": "0,1"}
+    job = run_job(["mpiexec", "-n", "5", sys.executable, JOB, "3", "2", "mpi"], env=env,
+                  timeout=75)
+    assert resources_passed(job), job
+
+
+def slurm_gpus() -> int:
+    """GPUs (GRES) of the local Slurm's node: ci/slurm-up.sh gives it some."""
+    found = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True,
+                           timeout=30).stdout
+    for part in found.replace(",", " ").split():
+        if part.startswith("gpu:"):
+            return int(part.split(":")[-1].split("(")[0])
+    return 0
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_resources_under_srun_on_slurm_gpus():
+    """Slurm sets CUDA_VISIBLE_DEVICES=0,1 for every task of the step: its 4 workers
+    split them, two own one each."""
+    require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    require(slurm_gpus() >= 2, "GPUs as GRES on the local Slurm (bash ci/slurm-up.sh)")
+    job = run_job(["srun", "-n6", "--gres=gpu:2", "-t", "3", sys.executable, JOB, "4", "2"],
+                  env=FOUR_THREADS, timeout=100)
+    assert resources_passed(job), job
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_resources_under_srun_with_a_gpu_per_task():
+    """--gpus-per-task: Slurm binds each task to its own GPU (the scheduler's and the
+    client's go unused)."""
+    require(slurm_is_up(), "a running Slurm cluster (bash ci/slurm-up.sh)")
+    require(slurm_gpus() >= 4, "4 GPUs as GRES on the local Slurm (bash ci/slurm-up.sh)")
+    job = run_job(["srun", "-n4", "--gpus-per-task=1", "-t", "3", sys.executable, JOB, "2",
+                   "2"], env=FOUR_THREADS, timeout=100)
+    assert resources_passed(job), job
