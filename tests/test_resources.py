@@ -112,6 +112,7 @@ def test_submit_waits_for_expected_workers_before_refusing():
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, 1, 4, ("1",), True),           # more workers than GPUs
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, 3, 4, ("1",), False),          # pinned, not its own
     ({"CUDA_VISIBLE_DEVICES": "5", "SLURM_GPUS_PER_TASK": "1"}, 3, 4, ("5",), True),
+    ({"CUDA_VISIBLE_DEVICES": "1", "SLURMD_TRES_BIND": "gpu:per_task:1"}, 3, 4, ("1",), True),
     ({"SLURM_STEP_GPUS": "6,7"}, 0, 2, ("6",), True),
     ({"ROCR_VISIBLE_DEVICES": "0,1"}, 1, 2, ("1",), True),
     ({"HPCFUTURES_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "3"}, 1, 2, ("1",), True),

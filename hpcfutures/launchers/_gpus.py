@@ -23,9 +23,10 @@ __all__ = ["DECLARE_VAR", "VENDOR_VARIABLES", "GpuShare", "local_size", "node_ra
 #: ``none`` declares none.  It wins over what the launcher set.
 DECLARE_VAR = "HPCFUTURES_GPUS"
 #: The variables a process reads to know its GPUs (NVIDIA, AMD ROCm, AMD HIP,
-#: Intel Level Zero), set to a worker's share and to each call's GPUs.
+#: Intel Level Zero, OpenCL as Slurm sets it), set to a worker's share and to each
+#: call's GPUs.
 VENDOR_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-                    "ZE_AFFINITY_MASK")
+                    "ZE_AFFINITY_MASK", "GPU_DEVICE_ORDINAL")
 #: Where Slurm lists a step's or job's GPUs by the node's own indices (read when it
 #: set no vendor variable).
 _SLURM_LISTS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
@@ -77,13 +78,14 @@ def share_of(environ: Mapping[str, str], index: int | None, workers: int | None)
     (one rank on a node of 4 GPUs owns all 4).  Fewer: the first workers own
     one each and the others are only pinned round-robin, as before resources
     existed (their plain calls still see a GPU, but no call that asks for one
-    goes there).  A task Slurm bound to its GPUs (``--gpus-per-task``) owns
-    what it sees.  ``index``/``workers`` unknown: the process owns all it sees.
+    goes there).  A task Slurm bound to GPUs of its own (``--gpus-per-task``:
+    ``SLURMD_TRES_BIND=gpu:per_task:N``) owns what it sees.  ``index``/``workers`` unknown: the process owns all it sees.
     """
     ids, variables, source = visible_gpus(environ)
     if not ids:
         return GpuShare((), variables, True, source)
-    bound = source != DECLARE_VAR and bool(environ.get("SLURM_GPUS_PER_TASK"))
+    bound = source != DECLARE_VAR and (bool(environ.get("SLURM_GPUS_PER_TASK"))
+                                       or "per_task" in environ.get("SLURMD_TRES_BIND", ""))
     if index is None or not workers or workers <= 1 or bound:
         return GpuShare(tuple(ids), variables, True, source)
     index %= workers
