@@ -20,12 +20,14 @@ import pytest
 from helpers import JOBS, MPI_LOOPBACK, have_mpi, require, run_job, slurm_is_up
 
 import hpcfutures
-from hpcfutures import Task, mpi_task, task
+from hpcfutures import AllocationError, Task, mpi_task, task
 from hpcfutures._dask import declared_resources
 from hpcfutures._facade.tasks import check_fits, needs_of
 from hpcfutures._remote import gpus
 from hpcfutures._support.needs import Needs, fits
+from hpcfutures.launchers._batchscript import PBS, Slurm
 from hpcfutures.launchers._gpus import local_size, node_ranks, share_of, visible_gpus, worker_slot
+from hpcfutures.launchers._request import Request, with_components
 
 JOB = JOBS / "resources_job.py"
 FOUR_THREADS = {"HPCFUTURES_THREADS_PER_WORKER": "4", "HPCFUTURES_TIMEOUT": "60"}
@@ -221,3 +223,70 @@ def test_resources_under_srun_with_a_gpu_per_task():
     job = run_job(["srun", "-n4", "--gpus-per-task=1", "-t", "3", sys.executable, JOB, "2",
                    "2"], env=FOUR_THREADS, timeout=100)
     assert resources_passed(job), job
+
+
+# ======================================================= heterogeneous jobs
+def test_a_heterogeneous_request_is_one_slurm_job_with_a_step_over_all_components():
+    request = with_components(Request(time=600, partition="debug", name="mixed"),
+                              [{"nodes": 4, "tasks_per_node": 32},
+                               {"nodes": 2, "tasks_per_node": 4, "gpus": 4, "memory": "64GB"}])
+    assert request.tasks == 136
+    script = Slurm().script(request, ["python", "-m", "hpcfutures", "serve"]).splitlines()
+    assert script[1:] == [
+        "#SBATCH --job-name=mixed", "#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=32",
+        "#SBATCH --time=00:10:00", "#SBATCH --partition=debug",
+        "#SBATCH hetjob", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --time=00:10:00", "#SBATCH --partition=debug", "#SBATCH --mem=65536M",
+        "#SBATCH --gpus-per-node=4",
+        "srun --het-group=0-1 python -m hpcfutures serve"]
+    with pytest.raises(AllocationError, match="PBS has no heterogeneous jobs"):
+        PBS().script(request, "serve")
+    with pytest.raises(ValueError, match=r"workers\[0\]: unknown key\(s\) cpus"):
+        with_components(Request(), [{"cpus": 4}])
+
+
+MN_CONF = "/etc/hpcfutures-slurm-mn/slurm.conf"
+
+
+def multinode_env(tmp_path) -> dict[str, str]:
+    """The 3-node cluster's (ci/slurm-multinode-up.sh): routable addresses, its SLURM_CONF."""
+    up = os.path.exists(MN_CONF) and subprocess.run(
+        ["sinfo", "-h"], capture_output=True, timeout=20,
+        env={**os.environ, "SLURM_CONF": MN_CONF}).returncode == 0
+    require(up, "the 3-node Slurm cluster (bash ci/slurm-multinode-up.sh)")
+    return {"SLURM_CONF": MN_CONF, "HPCFUTURES_HOST": "", "HPCFUTURES_INTERFACE": "",
+            "HPCFUTURES_SCHEDULER_FILE": str(tmp_path / "sched-{launch_id}.json"),
+            "HPCFUTURES_TIMEOUT": "60"}
+
+
+@pytest.mark.slurm
+@pytest.mark.multinode
+@pytest.mark.timeout(200)
+def test_one_launch_over_the_components_of_a_heterogeneous_srun(tmp_path):
+    """srun A : B on two nodes: the scheduler, the client and a 1-thread worker in the
+    first component; two 2-thread workers with a GPU each (declared) in the second.
+
+    Slurm 22.05 gives every task of a heterogeneous step the last component's
+    SLURM_CPUS_PER_TASK (ci/SLURM_FACTS.md): the first component says its threads."""
+    env = multinode_env(tmp_path)
+    script = [sys.executable, str(JOBS / "hetjob_job.py"), "3", "2", "2"]
+    name = f"hpcf-het-{os.getpid()}"
+    try:
+        job = run_job(["srun", "-J", name, "-t", "4", "-O", "-N1", "-n3", "-c1", "env",
+                       "HPCFUTURES_THREADS_PER_WORKER=1", *script, ":",
+                       "-O", "-N1", "-n2", "-c2", "env", "HPCFUTURES_GPUS=0,1", *script],
+                      env=env, timeout=180)
+    finally:
+        subprocess.run(["scancel", "--name", name], capture_output=True, timeout=30,
+                       env={**os.environ, **env})
+    assert job.returncode == 0 and "HETJOB OK" in job.stdout and "FAILED" not in job.stdout, job
+
+
+@pytest.mark.slurm
+@pytest.mark.multinode
+@pytest.mark.timeout(200)
+def test_allocate_submits_a_heterogeneous_job_and_maps_over_both_components(tmp_path):
+    env = multinode_env(tmp_path)
+    job = run_job([sys.executable, str(JOBS / "hetalloc_job.py"), str(tmp_path)], env=env,
+                  timeout=180)
+    assert job.returncode == 0 and "HETALLOC OK" in job.stdout, job

@@ -39,6 +39,7 @@ from ..launchers._batchscript import (
     memory_megabytes,
     parse_walltime,
 )
+from ..launchers._request import with_components
 from .batchjob import Allocation, await_serving
 from .connect import ConnectedExecutor
 
@@ -232,6 +233,7 @@ def allocate(
     min_workers: int | None = None,
     timeout: float | str | None = None,
     queue_timeout: float | str | None = None,
+    workers: Sequence[dict] | None = None,
 ) -> AllocatedExecutor:
     """Submit a serving job to the batch system, wait until it serves, and connect to it.
 
@@ -271,6 +273,11 @@ def allocate(
             start-up wait (as for connect()).  Default: ``60`` s.
         queue_timeout: How long the job may wait in the queue; then it is
             cancelled and :class:`QueueTimeoutError` raised.  Default: no limit.
+        workers: A heterogeneous job (Slurm): one dict per component, each with
+            its ``nodes``, ``tasks_per_node``, ``memory`` and ``gpus`` (these
+            replace the arguments of those names); task 0 of the first runs the
+            scheduler.  One launch over all components: each worker has its
+            component's resources (docs/resources.rst).
 
     Raises:
         AllocationError: the batch system refused the job (its message is quoted).
@@ -285,6 +292,8 @@ def allocate(
                       partition=partition, account=account, memory=memory_megabytes(memory),
                       gpus=gpus, name=job_name, directives=tuple(directives),
                       parallel_environment=parallel_environment)
+    if workers is not None:
+        request = with_components(request, list(workers))
     folder = expand_path(job_dir)
     token = uuid.uuid4().hex[:12]
     schedfile = folder / f"{job_name}-{token}.json"

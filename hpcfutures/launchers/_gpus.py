@@ -79,7 +79,8 @@ def share_of(environ: Mapping[str, str], index: int | None, workers: int | None)
     one each and the others are only pinned round-robin, as before resources
     existed (their plain calls still see a GPU, but no call that asks for one
     goes there).  A task Slurm bound to GPUs of its own (``--gpus-per-task``:
-    ``SLURMD_TRES_BIND=gpu:per_task:N``) owns what it sees.  ``index``/``workers`` unknown: the process owns all it sees.
+    ``SLURMD_TRES_BIND=gpu:per_task:N``) owns what it sees.  ``index``/``workers``
+    unknown: the process owns all it sees.
     """
     ids, variables, source = visible_gpus(environ)
     if not ids:
