@@ -24,9 +24,9 @@ from hpcfutures import AllocationError, Task, mpi_task, task
 from hpcfutures._dask import declared_resources
 from hpcfutures._facade.tasks import check_fits, needs_of
 from hpcfutures._remote import gpus
+from hpcfutures._support.gpus import local_size, node_ranks, share_of, visible_gpus, worker_slot
 from hpcfutures._support.needs import Needs, fits
 from hpcfutures.launchers._batchscript import PBS, Slurm
-from hpcfutures.launchers._gpus import local_size, node_ranks, share_of, visible_gpus, worker_slot
 from hpcfutures.launchers._request import Request, with_components
 
 JOB = JOBS / "resources_job.py"

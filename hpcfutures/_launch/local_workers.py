@@ -116,10 +116,10 @@ class LocalWorkers:
 
 
 def _gpu_options(index: int, count: int) -> dict[str, Any]:
-    """Local worker ``index``'s share of the GPUs this process sees (``launchers/_gpus.py``)."""
+    """Local worker ``index``'s share of the GPUs this process sees (``_support/gpus.py``)."""
     import os
 
-    from ..launchers._gpus import share_of
+    from .._support.gpus import share_of
 
     share = share_of(os.environ, index, count)
     return {"gpus": share.count, "workers_on_host": count, "gpu_ids": list(share.ids),

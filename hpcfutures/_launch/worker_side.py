@@ -12,10 +12,10 @@ from types import ModuleType
 from .._errors import LauncherError
 from .._remote.gpus import install as install_gpus
 from .._support.config import Settings
+from .._support.gpus import GpuShare, local_size, node_ranks, share_of, worker_slot
 from .._support.loop import stop_on_signals
 from .._support.patience import Patience, jittered
 from ..launchers import AddressExchange, SchedulerInfo
-from ..launchers._gpus import GpuShare, local_size, node_ranks, share_of, worker_slot
 from ..launchers._identity import client_rank
 from .lookup import DEAD_AFTER_REFUSALS, find_scheduler
 from .plan import Plan, mark_worker_process
@@ -55,7 +55,7 @@ def gpus_of_worker(settings: Settings, plan: Plan, environ: Mapping[str, str]) -
 
 def worker_slot_of(settings: Settings, plan: Plan,
                    environ: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """This worker's place among its node's worker ranks (see ``launchers/_gpus.py``)."""
+    """This worker's place among its node's worker ranks (see ``_support/gpus.py``)."""
     identity = plan.identity
     return worker_slot(identity.rank, identity.size,
                        client_rank(settings.scheduler_in_client) + 1, identity.local_rank,

@@ -62,7 +62,7 @@ def current_gpus() -> tuple[str, ...]:
         return held
     if _all:
         return _all
-    from ..launchers._gpus import visible_gpus
+    from .._support.gpus import visible_gpus
 
     return tuple(visible_gpus(os.environ)[0])
 

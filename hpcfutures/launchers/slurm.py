@@ -164,7 +164,7 @@ class SlurmLauncher(Launcher):
 
     # -------------------------------------------------------------- resources
     def _rank_hints(self) -> dict[str, Any]:
-        """Threads and memory for a worker rank (its GPUs: ``_gpus.py``); explicit
+        """Threads and memory for a worker rank (its GPUs: ``_support/gpus.py``); explicit
         options win later."""
         env = self.environ
         cpus = cpus_per_task(env)
