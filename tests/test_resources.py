@@ -160,6 +160,26 @@ def test_a_call_holds_gpus_of_its_own_while_it_runs(monkeypatch):
         gpus.install([], ["CUDA_VISIBLE_DEVICES"])
 
 
+# ------------------------------------------------------ what the user is shown
+def test_the_summary_names_the_gpus_of_each_worker():
+    from hpcfutures._reports.summary import CallTally, format_summary
+
+    row = {"host": "127.0.0.1", "threads": 2, "calls": 1, "busy": 1.0, "present": 1.0,
+           "lost": False}
+    text = format_summary(CallTally(), {"retried": 0, "workers": [
+        {**row, "name": "rank-2", "gpus": 2}, {**row, "name": "rank-3", "gpus": 0}]})
+    assert "rank-2 (2 GPUs)" in text and "rank-3 " in text and "rank-3 (" not in text
+
+
+@pytest.mark.timeout(60)
+def test_info_shows_each_rank_its_resources():
+    job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "4", sys.executable, "-m",
+                   "hpcfutures", "info"], env={"HPCFUTURES_GPUS": "0,1"}, timeout=45)
+    assert "[rank 2 worker] resources: cores=1, GPU 0 of its own (of GPUs 0,1 from " \
+           "HPCFUTURES_GPUS)" in job.stdout, job
+    assert "[rank 0 scheduler] resources: none (the scheduler runs no calls)" in job.stdout, job
+
+
 # =========================================================== launched for real
 def resources_passed(job) -> bool:
     return job.returncode == 0 and "RESOURCES OK" in job.stdout and "FAILED" not in job.stdout

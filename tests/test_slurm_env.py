@@ -179,10 +179,11 @@ def test_worker_gpus_are_its_share_of_the_step_gpus():
     from hpcfutures._launch.worker_side import gpus_of_worker
 
     env = step_env(rank=3, SLURM_STEP_GPUS="0,1,2,3", SLURM_GTIDS="0,1,2,3")
-    assert gpus_of_worker(settings(), negotiate(settings(), env), env).ids == ("2", "3")
+    assert gpus_of_worker(settings(), negotiate(settings(), env).identity, env).ids == ("2", "3")
     two_nodes = step_env(rank=5, size=8, nodes=2, CUDA_VISIBLE_DEVICES="0,1",
                          SLURM_GTIDS="4,5,6,7")  # four workers on the second node
-    assert gpus_of_worker(settings(), negotiate(settings(), two_nodes), two_nodes).ids == ("1",)
+    assert gpus_of_worker(settings(), negotiate(settings(), two_nodes).identity,
+                          two_nodes).ids == ("1",)
 
 
 # ---------------------------------------------------------------- job arrays

@@ -18,6 +18,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.scheduler import TaskState
 
 from .._reports.summary import CALLS_ANNOTATION
+from .._support.needs import GPUS
 
 __all__ = ["UsageLedger", "UsageReport", "WorkerUsage", "report_and_remove", "start_usage",
            "usage_report"]
@@ -29,6 +30,8 @@ class WorkerUsage(TypedDict):
     name: str
     host: str
     threads: int
+    #: The GPUs it owns (a worker resource: see ``_support/needs.py``).
+    gpus: int
     #: Wall-clock (``time.time()``) seconds: when it joined and, if it did, left.
     joined: float
     left: float | None
@@ -72,6 +75,7 @@ class UsageLedger(SchedulerPlugin):
             return
         self.workers[worker] = WorkerUsage(
             name=str(state.name), host=state.host, threads=state.nthreads,
+            gpus=int((getattr(state, "resources", None) or {}).get(GPUS, 0)),
             joined=time.time(), left=None, calls=0, busy=0.0, present=0.0, lost=False)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:

@@ -290,6 +290,11 @@ class Executor(MapMethods, cf.Executor):
         bridge, settings = self._usable_bridge(), self._session.settings
         plan = self._session.plan
         expected = None if plan is None else expected_workers(settings, plan, False)
+        if plan is not None and expected is None:  # the laptop's local workers
+            from ..launchers.local import available_cores
+
+            expected = (settings.max_workers or plan.identity.local_workers
+                        or available_cores())
 
         def ask() -> tuple[list[dict[str, float]], int | None]:
             found = bridge.ask(_dask_worker_resources, settings.timeout)

@@ -113,7 +113,7 @@ class Sender:
                         for _, fn, args, kwargs, _ in group], strict=True)
         try:
             with self._counted(calls):
-                dask_futures = self._client.map(runner, *columns, resources=resources,
+                dask_futures = self._client.map(runner, *columns, **_restricted(resources),
                                                 key=[key for *_, key in group], pure=False)
         except Exception:
             dask_futures = [self._send_one(runner, item, calls) for item in group]
@@ -129,7 +129,7 @@ class Sender:
             # would hand back those never-to-finish futures.
             with self._counted(calls):
                 return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
-                                           resources=_resources_of(fn), pure=False)
+                                           **_restricted(_resources_of(fn)), pure=False)
         except Exception as err:
             settle(future, exception=_submission_error(
                 fn, err, _unpicklable_part(runner, fn, args, kwargs)))
@@ -143,7 +143,7 @@ class Sender:
         try:
             with self._counted(calls):
                 dask_future = self._client.submit(runner, *args, key=key, pure=False,
-                                                  resources=_bundle_resources(args))
+                                                  **_restricted(_bundle_resources(args)))
         except Exception:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
@@ -166,7 +166,7 @@ class Sender:
         try:
             with self._counted(len(args[0])):
                 dask_future = self._client.submit(runner, *args, key=key, pure=False,
-                                                  resources=_bundle_resources(args))
+                                                  **_restricted(_bundle_resources(args)))
         except Exception as err:
             settle(future, exception=err)
             return
@@ -229,6 +229,11 @@ def _resources_of(fn: Any) -> dict[str, float] | None:
     """Dask's resource restrictions for a call of ``fn`` (a task that states needs)."""
     needs = needs_of(fn)
     return None if needs is None else needs.resources()
+
+
+def _restricted(resources: dict[str, float] | None) -> dict[str, Any]:
+    """Dask's keyword for resource restrictions; nothing at all for plain calls."""
+    return {"resources": resources} if resources else {}
 
 
 def _bundle_resources(args: tuple) -> dict[str, float] | None:

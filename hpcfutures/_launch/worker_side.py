@@ -16,7 +16,7 @@ from .._support.gpus import GpuShare, local_size, node_ranks, share_of, worker_s
 from .._support.loop import stop_on_signals
 from .._support.patience import Patience, jittered
 from ..launchers import AddressExchange, SchedulerInfo
-from ..launchers._identity import client_rank
+from ..launchers._identity import Identity, client_rank
 from .lookup import DEAD_AFTER_REFUSALS, find_scheduler
 from .plan import Plan, mark_worker_process
 
@@ -35,28 +35,28 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     patience = Patience.for_launch(identity.size, timeout)
     info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
                                 patience=patience, spread=True)
-    share = gpus_of_worker(settings, plan, os.environ)
+    share = gpus_of_worker(settings, identity, os.environ)
     install_gpus(share.ids, share.variables, own=share.own)
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
     mark_worker_process(f"rank {identity.rank} (worker) of launch {identity.launch_id} on "
                         f"{socket.gethostname()}")
     stop = asyncio.Event()
     stop_on_signals(lambda signum: stop.set())
+    on_host = worker_slot_of(settings, identity, os.environ)[1] or 1
     return await join_and_serve(_dask, settings, plan, info, host, interface, timeout, stop,
-                                watch=True, gpus=share.count,
-                                workers_on_host=worker_slot_of(settings, plan, os.environ)[1] or 1)
+                                watch=True, gpus=share.count, workers_on_host=on_host)
 
 
-def gpus_of_worker(settings: Settings, plan: Plan, environ: Mapping[str, str]) -> GpuShare:
+def gpus_of_worker(settings: Settings, identity: Identity,
+                   environ: Mapping[str, str]) -> GpuShare:
     """This worker rank's GPUs: its share of those its node's environment names."""
-    index, count = worker_slot_of(settings, plan, environ)
+    index, count = worker_slot_of(settings, identity, environ)
     return share_of(environ, index, count)
 
 
-def worker_slot_of(settings: Settings, plan: Plan,
+def worker_slot_of(settings: Settings, identity: Identity,
                    environ: Mapping[str, str]) -> tuple[int | None, int | None]:
     """This worker's place among its node's worker ranks (see ``_support/gpus.py``)."""
-    identity = plan.identity
     return worker_slot(identity.rank, identity.size,
                        client_rank(settings.scheduler_in_client) + 1, identity.local_rank,
                        local_size(environ), node_ranks(environ, identity.launcher),
