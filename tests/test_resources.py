@@ -194,6 +194,14 @@ def test_resources_on_the_laptop():
 
 
 @pytest.mark.timeout(90)
+def test_a_call_whose_gpu_workers_are_gone_fails_instead_of_waiting():
+    job = run_job([sys.executable, JOBS / "stranded_job.py"],
+                  env={"HPCFUTURES_GPUS": "0", "HPCFUTURES_TIMEOUT": "60"}, timeout=75)
+    assert "a: WorkerCrashError" in job.stdout and "plain: 5" in job.stdout, job
+    assert "b: NoSuitableWorkerError a call asks for gpus=1, but no worker left" in job.stdout, job
+
+
+@pytest.mark.timeout(90)
 def test_resources_under_hpcfutures_run():
     env = {**FOUR_THREADS, "HPCFUTURES_GPUS": "0,1"}
     job = run_job([sys.executable, "-m", "hpcfutures", "run", "-n", "5", sys.executable, JOB,

@@ -36,6 +36,7 @@ from ._common import (
 from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
 from .mpigroups import MEMBER_ENDS, RankGroups
+from .stranded import Stranded
 
 __all__ = ["ClusterSize", "Coordinator"]
 
@@ -159,6 +160,9 @@ class Coordinator(SchedulerPlugin):
         self.groups = RankGroups()
         #: Joins and departures, for the client's roster (cluster.py).
         self.worker_changes = WorkerChanges()
+        #: Calls with needs that no worker left can meet (stranded.py).
+        self.stranded = Stranded(lambda: self.deaths.capacity is not None
+                                 and self.joined >= self.deaths.capacity)
         if expected_workers is not None:
             self.groups.capacity = lambda: expected_workers
         if not keep_serving:
@@ -176,6 +180,7 @@ class Coordinator(SchedulerPlugin):
         self.deaths.install(scheduler)
         self.groups.install(scheduler)
         self.worker_changes.install(scheduler)
+        self.stranded.install(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -234,10 +239,13 @@ class Coordinator(SchedulerPlugin):
         self.size.left(scheduler, worker)
         self.worker_changes.left(worker)
         self.groups.worker_gone(worker)
+        self.stranded.look_soon()
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group
             self.groups.member_ended(key)
+        elif finish == "no-worker":  # a call whose needs may fit no worker left
+            self.stranded.look_soon()
 
     async def _await_death(self, worker: str = "", timeout: float = 0.0,
                            workers: list[str] | None = None) -> dict[str, Any]:

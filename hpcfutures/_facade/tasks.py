@@ -51,6 +51,11 @@ class Task:
     def __name__(self) -> str:
         return getattr(self.fn, "__name__", "task")
 
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        """The function, for tools that name a call by it (inspect.unwrap too)."""
+        return self.fn
+
     def __repr__(self) -> str:
         return f"task({getattr(self.fn, '__qualname__', self.fn)!r}, {self.needs})"
 
