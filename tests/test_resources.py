@@ -194,8 +194,8 @@ def test_resources_on_the_laptop():
 
 
 @pytest.mark.timeout(90)
-def test_a_call_whose_gpu_workers_are_gone_fails_instead_of_waiting():
-    job = run_job([sys.executable, JOBS / "stranded_job.py"],
+def test_a_call_whose_gpu_workers_are_gone_fails_instead_of_waiting(tmp_path):
+    job = run_job([sys.executable, JOBS / "stranded_job.py", tmp_path / "holds-the-gpu"],
                   env={"HPCFUTURES_GPUS": "0", "HPCFUTURES_TIMEOUT": "60"}, timeout=75)
     assert "a: WorkerCrashError" in job.stdout and "plain: 5" in job.stdout, job
     assert "b: NoSuitableWorkerError a call asks for gpus=1, but no worker left" in job.stdout, job
@@ -318,3 +318,19 @@ def test_allocate_submits_a_heterogeneous_job_and_maps_over_both_components(tmp_
     job = run_job([sys.executable, str(JOBS / "hetalloc_job.py"), str(tmp_path)], env=env,
                   timeout=180)
     assert job.returncode == 0 and "HETALLOC OK" in job.stdout, job
+
+
+def test_hpcfutures_submit_writes_a_heterogeneous_job():
+    job = run_job([sys.executable, "-m", "hpcfutures", "submit", "--batch-system", "slurm",
+                   "--dry-run", "-N", "1", "-n", "3", "--component",
+                   "nodes=2,tasks_per_node=4,gpus=4,memory=8GB", "--", "python", "job.py"],
+                  timeout=30)
+    assert job.returncode == 0, job
+    lines = job.stdout.splitlines()
+    assert lines[lines.index("#SBATCH hetjob") + 1:][:4] == [
+        "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --mem=8192M",
+        "#SBATCH --gpus-per-node=4"], job
+    assert "srun --het-group=0-1 python job.py" in lines, job
+    bad = run_job([sys.executable, "-m", "hpcfutures", "submit", "--dry-run", "--component",
+                   "nodes=two", "--", "python", "job.py"], timeout=30)
+    assert bad.returncode == 2 and "'two' is not a whole number" in bad.stderr, bad
