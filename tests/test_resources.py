@@ -334,3 +334,4 @@ def test_hpcfutures_submit_writes_a_heterogeneous_job():
     bad = run_job([sys.executable, "-m", "hpcfutures", "submit", "--dry-run", "--component",
                    "nodes=two", "--", "python", "job.py"], timeout=30)
     assert bad.returncode == 2 and "'two' is not a whole number" in bad.stderr, bad
+

@@ -74,6 +74,10 @@ class ConnectedExecutor(Executor):
         """Disconnect from the serving launch (which keeps running for other clients)."""
         super().shutdown(wait, cancel_futures=cancel_futures)
 
+    def _expected_workers(self) -> int | None:
+        """Not known from outside: needs are checked against the workers present."""
+        return None
+
     def stop_allocation(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Disconnect, then stop the serving launch: every rank exits 0 and srun returns.
 

@@ -288,13 +288,7 @@ class Executor(MapMethods, cf.Executor):
         if needs is None or (needs, count) in self._needs_met:
             return
         bridge, settings = self._usable_bridge(), self._session.settings
-        plan = self._session.plan
-        expected = None if plan is None else expected_workers(settings, plan, False)
-        if plan is not None and expected is None:  # the laptop's local workers
-            from ..launchers.local import available_cores
-
-            expected = (settings.max_workers or plan.identity.local_workers
-                        or available_cores())
+        expected = self._expected_workers()
 
         def ask() -> tuple[list[dict[str, float]], int | None]:
             found = bridge.ask(_dask_worker_resources, settings.timeout)
@@ -302,6 +296,17 @@ class Executor(MapMethods, cf.Executor):
 
         check_fits(needs, ask, settings.timeout, count)
         self._needs_met.add((needs, count))
+
+    def _expected_workers(self) -> int | None:
+        """How many workers the launch has when all have joined; None: not known."""
+        settings, plan = self._session.settings, self._session.plan
+        expected = None if plan is None else expected_workers(settings, plan, False)
+        if plan is not None and expected is None:  # the laptop's local workers
+            from ..launchers.local import available_cores
+
+            expected = (settings.max_workers or plan.identity.local_workers
+                        or available_cores())
+        return expected
 
     def worker_memory_limits(self) -> dict[str, WorkerMemory]:
         """The memory each connected worker may use, by worker address.
