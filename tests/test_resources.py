@@ -24,6 +24,7 @@ from hpcfutures import AllocationError, Task, mpi_task, task
 from hpcfutures._dask import declared_resources
 from hpcfutures._facade.tasks import check_fits, needs_of
 from hpcfutures._remote import gpus
+from hpcfutures._support.config import resolve_settings
 from hpcfutures._support.gpus import local_size, node_ranks, share_of, visible_gpus, worker_slot
 from hpcfutures._support.needs import Needs, fits
 from hpcfutures.launchers._batchscript import PBS, Slurm
@@ -145,6 +146,19 @@ def test_a_worker_knows_its_place_among_its_node_workers():
     assert node_ranks({"SLURM_GTIDS": "4,5"}, "slurm") == [4, 5]
     assert node_ranks({"SLURM_GTIDS": "4,5"}, "mpi") is None
     assert local_size({"MPI_LOCALNRANKS": "3"}) == 3 and local_size({}) is None
+
+
+def test_serving_and_joining_workers_split_the_gpus_too():
+    from hpcfutures._launch.worker_side import worker_slot_of
+    from hpcfutures.launchers._identity import Identity
+
+    settings = resolve_settings({}, environ={}, dask_config={})
+    served = Identity(launcher="run", rank=1, size=4, launch_id="x", local_rank=1)
+    assert worker_slot_of(settings, served, {}, first_worker=1) == (0, 3)  # no client rank
+    joined = Identity(launcher="slurm", rank=0, size=1, launch_id="join-7")
+    env = {"SLURM_LOCALID": "2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2",
+           "SLURM_GTIDS": "0,1,2,3"}
+    assert worker_slot_of(settings, joined, env) == (2, 4)  # by its place on the node
 
 
 def test_a_call_holds_gpus_of_its_own_while_it_runs(monkeypatch):

@@ -115,8 +115,8 @@ def worker_slot(rank: int, size: int, first_worker: int, local_rank: int | None,
 
 
 #: Where MPI launchers say how many ranks share this node (MPICH's Hydra, Open MPI).
-_LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE",
-                         "PALS_LOCAL_SIZE")
+_LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                         "MV2_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE")
 
 
 def node_ranks(environ: Mapping[str, str], launcher: str) -> list[int] | None:
