@@ -341,6 +341,8 @@ def test_hpcfutures_submit_writes_a_heterogeneous_job():
                   timeout=30)
     assert job.returncode == 0, job
     lines = job.stdout.splitlines()
+    assert lines.index("#SBATCH hetjob") > max(i for i, line in enumerate(lines)
+                                               if line.startswith("#SBATCH --output="))
     assert lines[lines.index("#SBATCH hetjob") + 1:][:4] == [
         "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --mem=8192M",
         "#SBATCH --gpus-per-node=4"], job

@@ -178,13 +178,13 @@ class Slurm(BatchSystem):
 
     def directives(self, request: Request) -> list[str]:
         lines = [self.directive(f"--job-name={request.name}"), *self._shape(request)]
-        for component in request.components:  # a heterogeneous job
-            lines += [self.directive("hetjob"), *self._shape(component)]
         if request.array:  # the elements share the output file
             lines += [self.directive(f"--array=0-{request.array - 1}"),
                       self.directive("--open-mode=append")]
-        if request.output:
+        if request.output:  # before any hetjob line: the first component runs the script
             lines.append(self.directive(f"--output={request.output}"))
+        for component in request.components:  # a heterogeneous job
+            lines += [self.directive("hetjob"), *self._shape(component)]
         return lines
 
     def _shape(self, request: Request) -> list[str]:
