@@ -181,8 +181,9 @@ def test_the_summary_names_the_gpus_of_each_worker():
     row = {"host": "127.0.0.1", "threads": 2, "calls": 1, "busy": 1.0, "present": 1.0,
            "lost": False}
     text = format_summary(CallTally(), {"retried": 0, "workers": [
-        {**row, "name": "rank-2", "gpus": 2}, {**row, "name": "rank-3", "gpus": 0}]})
-    assert "rank-2 (2 GPUs)" in text and "rank-3 " in text and "rank-3 (" not in text
+        {**row, "name": "rank-2", "gpus": 2, "needing": 1},
+        {**row, "name": "rank-3", "gpus": 0}]})
+    assert "rank-2 (2 GPUs, 1 with needs)" in text and "rank-3 (" not in text
 
 
 @pytest.mark.timeout(60)

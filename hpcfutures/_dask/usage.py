@@ -37,6 +37,8 @@ class WorkerUsage(TypedDict):
     left: float | None
     #: User calls it ran, and the seconds they computed.
     calls: int
+    #: Of those, the calls that stated needs (hpcfutures.task, mpi_task with needs).
+    needing: int
     busy: float
     #: Seconds from ``joined`` until it left or the report was made.
     present: float
@@ -76,7 +78,8 @@ class UsageLedger(SchedulerPlugin):
         self.workers[worker] = WorkerUsage(
             name=str(state.name), host=state.host, threads=state.nthreads,
             gpus=int((getattr(state, "resources", None) or {}).get(GPUS, 0)),
-            joined=time.time(), left=None, calls=0, busy=0.0, present=0.0, lost=False)
+            joined=time.time(), left=None, calls=0, needing=0, busy=0.0, present=0.0,
+            lost=False)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         entry = self.workers.get(worker)
@@ -94,6 +97,8 @@ class UsageLedger(SchedulerPlugin):
         task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
         calls = _calls_of(task)
         entry["calls"] += calls
+        if getattr(task, "resource_restrictions", None):
+            entry["needing"] += calls
         entry["busy"] += sum(part["stop"] - part["start"]
                              for part in kwargs.get("startstops") or ()
                              if part["action"] == "compute")
