@@ -50,13 +50,14 @@ from ._errors import (
     StopTimeoutError,
     TaskMemoryError,
     TimeLimitError,
+    VersionMismatchError,
     WorkerCrashError,
 )
-from ._facade.allocate import AllocatedExecutor, allocate
-from ._facade.connect import ConnectedExecutor, connect, stop
+from ._facade.core.tasks import Task, task
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
-from ._facade.mpitask import MPITask, mpi_task
-from ._facade.tasks import Task, task
+from ._facade.mpi.mpitask import MPITask, mpi_task
+from ._facade.outside.allocate import AllocatedExecutor, allocate
+from ._facade.outside.connect import ConnectedExecutor, connect, stop
 from ._remote.gpus import current_gpus
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
@@ -98,6 +99,7 @@ __all__ = [
     "Task",
     "TaskMemoryError",
     "TimeLimitError",
+    "VersionMismatchError",
     "WorkerCrashError",
     "allocate",
     "connect",

@@ -15,6 +15,8 @@
     ├── StopTimeoutError (TimeoutError)       a serving launch did not confirm its stop
     ├── AllocationError (RuntimeError)        allocate(), submit: the batch system refused
     ├── NotServingError (ConnectionError)     connect(): no serving launch behind the file
+    ├── VersionMismatchError (RuntimeError)   the client, scheduler or workers run another
+    │                                         Python or hpcfutures/distributed/cloudpickle
     ├── SerializationError (TypeError,        a call, its arguments or its result could
     │       pickle.PicklingError)             not be pickled
     ├── RemoteExceptionError (RuntimeError)   a call raised an exception whose class the
@@ -61,6 +63,7 @@ __all__ = [
     "StopTimeoutError",
     "TaskMemoryError",
     "TimeLimitError",
+    "VersionMismatchError",
     "WorkerCrashError",
 ]
 
@@ -140,6 +143,14 @@ class NotServingError(HPCFuturesError, ConnectionError):
     stopped, names an address where nobody answers (the job ended without
     cleaning up), or belongs to a launch that has its own client and does not
     accept others.  The message says which, and what to do.
+    """
+
+
+class VersionMismatchError(HPCFuturesError, RuntimeError):
+    """The launch runs another Python minor version, or other versions of hpcfutures,
+    distributed or cloudpickle, than the client (or a worker than its scheduler).
+
+    Raised before the first call, naming both sides' versions.
     """
 
 

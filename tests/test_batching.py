@@ -1,6 +1,6 @@
 """The batching engine, driven by made-up durations: no cluster, no sleeps, no processes.
 
-The engine (``_facade/batching.py``) decides how many calls each Dask task
+The engine (``_facade/core/batching.py``) decides how many calls each Dask task
 carries and how many tasks are out at once; these tests feed it measured
 seconds per call and check the groups it cuts for ``map`` streams and for the
 ``submit`` stream, the in-flight budget, and the share between streams.
@@ -16,17 +16,17 @@ from unittest import mock
 
 import pytest
 
-from hpcfutures._facade import batching
-from hpcfutures._facade.arguments import (
+from hpcfutures._facade.core import batching
+from hpcfutures._facade.core.arguments import (
     futures_in,
     plain_rows,
     refuse_foreign_futures,
     swap_futures,
 )
-from hpcfutures._facade.batching import Batcher, Stream
-from hpcfutures._facade.bundles import SubmitStream
-from hpcfutures._facade.futures import TaskFuture
-from hpcfutures._facade.mapping import Rest
+from hpcfutures._facade.core.batching import Batcher, Stream
+from hpcfutures._facade.core.bundles import SubmitStream
+from hpcfutures._facade.core.futures import TaskFuture
+from hpcfutures._facade.core.mapping import Rest
 from hpcfutures._facade.maps import _map_calls
 from hpcfutures._remote.calls import Rows, run_chunk_task
 

@@ -18,8 +18,8 @@ import pytest
 from helpers import LAPTOP_WORKERS, record_failure_time, untagged, wait_until
 
 import hpcfutures
-from hpcfutures._facade.futures import TaskFuture
-from hpcfutures._facade.recovery import MAX_LOSSES, Recovery, crash_error
+from hpcfutures._facade.core.futures import TaskFuture
+from hpcfutures._facade.core.recovery import MAX_LOSSES, Recovery, crash_error
 from hpcfutures._remote import deathwatch, watcher
 from hpcfutures._remote.calls import (
     fail_with,
@@ -406,7 +406,7 @@ def test_a_worker_leaving_mid_gather_asks_again_and_never_cancels_dasks_gather()
     breaks every later gather of its client (test_dask_seams pins that): no result was
     ever delivered again.  Now the old gather is left to end on its own, and the
     batch's result that was lost is asked for again once Dask computed it anew."""
-    from hpcfutures._facade.completions import Completions
+    from hpcfutures._facade.core.completions import Completions
 
     client = _GatheringClient(stuck={"1"})
     completions = Completions(client, lost=lambda: None)
@@ -435,8 +435,8 @@ def test_a_worker_leaving_mid_gather_asks_again_and_never_cancels_dasks_gather()
 def test_a_slow_batch_holds_back_only_itself(monkeypatch):
     """Several batches are fetched at once: results that finish while one gather waits
     on a slow worker are delivered, not queued behind it (one gather at a time did)."""
-    from hpcfutures._facade import completions as module
-    from hpcfutures._facade.completions import Completions
+    from hpcfutures._facade.core import completions as module
+    from hpcfutures._facade.core.completions import Completions
 
     monkeypatch.setattr(module, "SLOW_GATHER", 0.05)
 
@@ -462,7 +462,7 @@ def test_a_worker_leaving_disturbs_only_batches_that_held_its_results():
     """A wave of departures (an idle release) whose workers held none of the results
     being fetched asks for nothing again: each result is gathered once (every leave
     restarted the gather in progress before, thousands of times in a wave)."""
-    from hpcfutures._facade.completions import Completions
+    from hpcfutures._facade.core.completions import Completions
 
     client = _GatheringClient(stuck={"1"})
     completions = Completions(client, lost=lambda: None)
@@ -485,7 +485,7 @@ def test_results_finishing_during_a_gather_wait_for_it_and_go_out_together(monke
     """A gather under way and not slow yet: what finishes meanwhile is one batch after
     it (gathers side by side from the start cost a large launch a fifth of its
     throughput: more, smaller gathers)."""
-    from hpcfutures._facade import completions as module
+    from hpcfutures._facade.core import completions as module
 
     monkeypatch.setattr(module, "SLOW_GATHER", 60.0)
     client = _GatheringClient(stuck={"1"})
@@ -509,8 +509,8 @@ def test_results_finishing_during_a_gather_wait_for_it_and_go_out_together(monke
 def test_batches_in_flight_are_bounded(monkeypatch):
     """At most GATHERS batches are fetched at once; what finishes meanwhile waits and
     goes out together (Dask's client runs five gathers at a time)."""
-    from hpcfutures._facade import completions as module
-    from hpcfutures._facade.completions import GATHERS, Completions
+    from hpcfutures._facade.core import completions as module
+    from hpcfutures._facade.core.completions import GATHERS, Completions
 
     monkeypatch.setattr(module, "SLOW_GATHER", 0.0)  # each gather under way counts as slow
 
@@ -649,7 +649,7 @@ def test_a_crash_errors_sentences_each_start_with_a_capital_and_it_ends_with_a_f
     """Found by a user's eye: "... on rank 3. its output may say more" (issue 29)."""
     import re
 
-    from hpcfutures._facade.recovery import crash_error
+    from hpcfutures._facade.core.recovery import crash_error
 
     certificate = {"culprit": {"function": "job.f", "key": "k", "index": 0}, "how": "signal",
                    "signal": "SIGSEGV", "who": "rank 3 (worker) on node17", "report": report}

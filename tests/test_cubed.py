@@ -267,3 +267,16 @@ def test_the_example_under_srun(slurm_env, tmp_path):
     job = srun(4, ROOT / "examples" / "cubed_slurm.py", env=env)
     assert job.returncode == 0, job
     assert "all results match NumPy" in job.stdout, job
+
+
+@pytest.mark.timeout(120)
+def test_the_storage_benchmark_compares_the_settings_beside_numpy():
+    """benchmarks/cubed_storage.py (issue 31) runs each storage setting available here
+    and prints its row, a missing one saying how to get it; speed is not asserted."""
+    job = run_job([sys.executable, ROOT / "benchmarks" / "cubed_storage.py", "--repeat", "1",
+                   "--size", "200", "--chunk", "100"], timeout=110, cwd=ROOT)
+    assert job.returncode == 0, job
+    assert "| zarr | " in job.stdout and "| zarr, node-local | " in job.stdout, job.stdout
+    assert "| NumPy, whole arrays, this process |" in job.stdout, job.stdout
+    for row in ("| tensorstore | ", "| tensorstore, no compr. | "):
+        assert row in job.stdout, job.stdout

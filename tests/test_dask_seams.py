@@ -48,7 +48,7 @@ from hpcfutures._dask._common import (
 from hpcfutures._dask.cluster import dashboard_facts_here
 from hpcfutures._dask.mpigroups import USABLE
 from hpcfutures._dask.release import IdleRelease
-from hpcfutures._facade.capacity import ask_worker_memory, host_memory
+from hpcfutures._facade.core.capacity import ask_worker_memory, host_memory
 from hpcfutures._reports.summary import CALLS_ANNOTATION
 
 pytestmark = pytest.mark.timeout(60)
@@ -438,7 +438,7 @@ def test_the_usage_ledger_counts_calls_busy_time_and_calls_rerun_after_a_loss():
         async with live(workers=2) as cluster:
             name = await _dask.start_usage(cluster.client)
             with seam("SchedulerPlugin.transition(..., startstops=[{action, start, stop}])"):
-                with dask.annotate(**{CALLS_ANNOTATION: 3}):  # as _facade/sending.py does
+                with dask.annotate(**{CALLS_ANNOTATION: 3}):  # as _facade/core/sending.py does
                     napping = cluster.client.submit(nap, 0.05, key="nap-1", pure=False)
                 assert await napping.result() == 0.05
             with dask.annotate(**{CALLS_ANNOTATION: 2}):
@@ -1151,3 +1151,78 @@ def test_the_bridge_drops_its_connections_to_workers_that_left():
     TaskBridge.cluster_changed(bridge, 2, 2, ["tls://10.0.0.5:4000"])
     assert [address for address, _ in removed] == ["tls://10.0.0.5:4000"] and left == [True]
     assert bridge._workers == 2 and bridge._total_threads == 2
+
+
+# ------------------------------------------- small results ahead of their task's end
+def sent_ahead(value: Any) -> Any:
+    """In a worker thread: send ``value`` ahead of this task's end (express.py), return it."""
+    from hpcfutures._remote import express
+
+    assert express.express(value), "the worker has no sender for small results"
+    return value
+
+
+def test_a_small_result_reaches_the_client_before_its_tasks_end():
+    """Worker.batched_send from the task's thread, the scheduler's stream_handlers,
+    TaskState.who_wants/ClientState.client_key/Scheduler.client_comms, and the
+    client's _stream_handlers: the payload arrives while the client still sees
+    the task pending, so no fetch from the worker is needed."""
+    import pickle
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            arrived: list[tuple[Any, Any, str]] = []
+            futures: dict[Any, Any] = {}
+
+            def received(key: Any, payload: bytes) -> None:
+                arrived.append((key, pickle.loads(payload), futures[key].status))
+
+            with seam("Client._stream_handlers (the client's report stream)"):
+                _dask.expect_express_results(cluster.client, received)
+            future = cluster.client.submit(sent_ahead, {"x": 7}, key="ahead-1", pure=False)
+            futures[future.key] = future
+            with seam("Worker.batched_send, Scheduler.stream_handlers/client_comms, "
+                      "TaskState.who_wants"):
+                assert await future.result() == {"x": 7}
+            assert arrived == [("ahead-1", {"x": 7}, "pending")], arrived
+
+    run(scenario())
+
+
+# ------------------------------------------------------------- Dask's default spans
+def test_ended_default_spans_are_forgotten_and_a_late_heartbeat_of_one_is_harmless():
+    """SpansSchedulerExtension.spans/spans_search_by_name/spans_search_by_tag/root_spans,
+    Span.groups and Scheduler.task_groups: each graph sent after the previous one
+    ended gets a new default span, which Dask keeps for ever; the pruner forgets
+    those whose task groups Dask forgot, keeps the newest, and a worker's heartbeat
+    naming a forgotten span is dropped instead of raising."""
+    from hpcfutures._dask.spans import SpanPruner
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            scheduler = cluster.scheduler
+            with seam("Scheduler.extensions['spans'] (SpansSchedulerExtension)"):
+                extension = scheduler.extensions["spans"]
+            pruner = SpanPruner(scheduler)
+            forgotten_ids = []
+            for n in range(4):  # each after the previous ended: a new default span each
+                future = cluster.client.submit(nap, 0, key=f"span-graph-{n}", pure=False)
+                assert await future.result() == 0
+                del future
+                await cluster.until(lambda n=n: f"span-graph-{n}" not in scheduler.tasks,
+                                    "the task forgotten")
+            with seam("SpansSchedulerExtension.spans_search_by_name / Span.groups"):
+                defaults = list(extension.spans_search_by_name[("default",)])
+                assert len(defaults) >= 2, defaults
+                forgotten_ids = [span.id for span in defaults[:-1]]
+                assert pruner.prune() == len(defaults) - 1
+                assert list(extension.spans_search_by_name[("default",)]) == defaults[-1:]
+                assert not set(forgotten_ids) & set(extension.spans)
+                assert all(span.id not in forgotten_ids for span in extension.root_spans)
+            (worker,) = scheduler.workers.values()
+            with seam("SpansSchedulerExtension.heartbeat(ws, {(context, span_id, ...): v})"):
+                extension.heartbeat(worker, {("execute", forgotten_ids[0], "nap", "seconds"): 1.0})
+            future = cluster.client.submit(nap, 0, key="span-graph-after", pure=False)
+            assert await future.result() == 0
+
+    run(scenario())

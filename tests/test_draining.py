@@ -31,9 +31,9 @@ from helpers import (
 
 import hpcfutures
 from hpcfutures._errors import ConfigurationError
-from hpcfutures._facade import draining
-from hpcfutures._facade.batching import Batcher
-from hpcfutures._facade.draining import DRAIN_FLOOR, Drain, default_margin
+from hpcfutures._facade.core.batching import Batcher
+from hpcfutures._facade.resuming import draining
+from hpcfutures._facade.resuming.draining import DRAIN_FLOOR, Drain, default_margin
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import _requeue
 from hpcfutures.launchers._endtime import (
@@ -502,7 +502,7 @@ def test_a_margin_of_zero_never_drains(monkeypatch):
 
 
 def test_a_map_accepted_just_before_the_drain_is_refused_not_left_waiting():
-    from hpcfutures._facade.mapping import MapRun
+    from hpcfutures._facade.core.mapping import MapRun
 
     bridge = types.SimpleNamespace(batcher=Batcher(lambda: 1), refused=0, tally=None,
                                    drained=hpcfutures.TimeLimitError("drained"),

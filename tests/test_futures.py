@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-from hpcfutures._facade.futures import TaskFuture
+from hpcfutures._facade.core.futures import TaskFuture
 
 
 def later(seconds: float, fn, *args) -> threading.Timer:

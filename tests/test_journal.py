@@ -14,8 +14,8 @@ from helpers import JOBS, hpcfutures_run, run_job
 
 import hpcfutures
 from hpcfutures._cli import main as cli_main
-from hpcfutures._facade.fingerprints import function_digest
-from hpcfutures._facade.journal import Journal, open_journal
+from hpcfutures._facade.resuming.fingerprints import function_digest
+from hpcfutures._facade.resuming.journal import Journal, open_journal
 from hpcfutures._support.journal_files import JournalReader, journal_stats
 
 
@@ -75,7 +75,7 @@ def test_closure_values_helpers_and_partials_are_covered():
 def test_keys_do_not_depend_on_string_hashing():
     """A frozenset constant (``x in {"a", "b"}``) iterates in a per-process order."""
     script = ("import sys; sys.path[:0] = sys.argv[1:]\n"
-              "from hpcfutures._facade.fingerprints import function_digest\n"
+              "from hpcfutures._facade.resuming.fingerprints import function_digest\n"
               "def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta'}\n"
               "print(function_digest(f).hex())\n")
     digests = {subprocess.run([sys.executable, "-c", script, *sys.path], check=True,
@@ -387,7 +387,7 @@ def _value_of(item):
 def test_a_rerun_yields_its_first_result_before_the_whole_map_is_looked_up(tmp_path):
     """The items are looked up a window at a time on a thread of their own: the first
     result comes while a later window's fingerprint cannot be computed yet."""
-    from hpcfutures._facade.journal_maps import WINDOW, MapLookup
+    from hpcfutures._facade.resuming.journal_maps import WINDOW, MapLookup
 
     values = [*range(WINDOW), _Held(WINDOW)]
     items = [(v,) for v in values]
@@ -412,8 +412,8 @@ def test_items_fed_after_a_drain_count_as_refused():
     time-limit drain is never sent, and counts for the requeue's decision."""
     from array import array
 
-    from hpcfutures._facade.batching import Batcher
-    from hpcfutures._facade.mapping import MapRun
+    from hpcfutures._facade.core.batching import Batcher
+    from hpcfutures._facade.core.mapping import MapRun
 
     class Bridge:
         refused = 0
@@ -439,7 +439,7 @@ def test_items_fed_after_a_drain_count_as_refused():
 
 
 def test_a_map_reads_results_from_every_segment_and_runs_the_rest(tmp_path):
-    from hpcfutures._facade.journal_maps import MapLookup
+    from hpcfutures._facade.resuming.journal_maps import MapLookup
 
     _journal(tmp_path, range(0, 40))
     _journal(tmp_path, range(60, 100))  # a second segment

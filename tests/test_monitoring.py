@@ -98,8 +98,8 @@ def test_calls_are_read_from_task_annotations():
 def test_tasks_carry_their_call_counts_even_when_sent_alone():
     import dask
 
-    from hpcfutures._facade.futures import TaskFuture
-    from hpcfutures._facade.sending import Sender
+    from hpcfutures._facade.core.futures import TaskFuture
+    from hpcfutures._facade.core.sending import Sender
     from hpcfutures._remote.calls import run_chunk_task, run_task
     from hpcfutures._reports.summary import CALLS_ANNOTATION
 
@@ -294,7 +294,7 @@ def test_roster_names_workers_that_leave_but_not_at_the_end(caplog):
     import asyncio
 
     from hpcfutures._dask import WorkerChanges
-    from hpcfutures._facade.roster import WorkerRoster
+    from hpcfutures._facade.core.roster import WorkerRoster
 
     changes = WorkerChanges()
 
@@ -322,7 +322,7 @@ def test_workers_leaving_a_few_at_a_time_are_one_line_and_a_summary(caplog, monk
     import asyncio
 
     from hpcfutures._dask import WorkerChanges
-    from hpcfutures._facade.roster import WorkerRoster
+    from hpcfutures._facade.core.roster import WorkerRoster
     from hpcfutures._support import waves
 
     monkeypatch.setattr(waves, "WAVE_WINDOW", 0.2)

@@ -21,9 +21,9 @@ from helpers import JOBS, MPI_LOOPBACK, ROOT, have_mpi, require, run_job, slurm_
 
 import hpcfutures
 from hpcfutures import LauncherError, MPITask, mpi_task
-from hpcfutures._facade.mpicalls import _call_outcomes, member_failure
-from hpcfutures._facade.mpilanes import GROUP_SECONDS, CallQueue, lanes
-from hpcfutures._facade.mpitask import check_launch, results_in_order
+from hpcfutures._facade.mpi.mpicalls import _call_outcomes, member_failure
+from hpcfutures._facade.mpi.mpilanes import GROUP_SECONDS, CallQueue, lanes
+from hpcfutures._facade.mpi.mpitask import check_launch, results_in_order
 from hpcfutures._launch.plan import negotiate
 from hpcfutures._remote.calls import BundleOutcome, run_task
 from hpcfutures._support.config import resolve_settings

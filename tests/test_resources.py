@@ -22,7 +22,7 @@ from helpers import JOBS, MPI_LOOPBACK, have_mpi, require, run_job, slurm_is_up
 import hpcfutures
 from hpcfutures import AllocationError, Task, mpi_task, task
 from hpcfutures._dask import declared_resources
-from hpcfutures._facade.tasks import check_fits, needs_of
+from hpcfutures._facade.core.tasks import check_fits, needs_of
 from hpcfutures._remote import gpus
 from hpcfutures._support.config import resolve_settings
 from hpcfutures._support.gpus import local_size, node_ranks, share_of, visible_gpus, worker_slot

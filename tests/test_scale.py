@@ -234,7 +234,7 @@ def test_a_waiting_rank_reads_the_scheduler_file_at_most_once_a_second_after_10_
 def test_a_wave_of_departures_is_one_line_on_the_client(caplog):
     """200 workers lost with their node: one warning naming a few, not 200."""
     from hpcfutures._dask import WorkerChanges
-    from hpcfutures._facade.roster import WorkerRoster
+    from hpcfutures._facade.core.roster import WorkerRoster
 
     changes = WorkerChanges()
 
@@ -295,8 +295,8 @@ def test_a_result_lost_with_its_worker_before_it_was_fetched_runs_again():
     running is sent again (recovery.py)."""
     from distributed.scheduler import KilledWorker
 
-    from hpcfutures._facade.completions import Completions
-    from hpcfutures._facade.futures import TaskFuture
+    from hpcfutures._facade.core.completions import Completions
+    from hpcfutures._facade.core.futures import TaskFuture
 
     class Client:
         async def gather(self, what):
@@ -314,8 +314,8 @@ def test_a_result_lost_before_it_was_looked_at_is_awaited_again_not_a_lost_sched
     """Found by the harness at 250 workers with 10 % killed: a task finished, and its
     result was lost with its worker before the client's watch looked at it; Dask
     said "lost", and the executor took that for a lost scheduler and broke."""
-    from hpcfutures._facade.completions import Completions
-    from hpcfutures._facade.futures import TaskFuture
+    from hpcfutures._facade.core.completions import Completions
+    from hpcfutures._facade.core.futures import TaskFuture
 
     class DaskFuture:
         key = "hpcf-1-work-0"
@@ -437,7 +437,7 @@ def test_settling_a_future_settled_already_logs_nothing(caplog):
     """At 1,000 workers with 100 killed, the client logged 72 CRITICAL "Future ... in
     unexpected state: FINISHED" lines: a result was settled twice (gathered, then its
     task reported lost in the wave); the second settle is a no-op, and silent."""
-    from hpcfutures._facade.futures import TaskFuture, mark_running, settle
+    from hpcfutures._facade.core.futures import TaskFuture, mark_running, settle
 
     future = TaskFuture()
     settle(future, result=1)

@@ -69,8 +69,8 @@ def test_the_workers_keep_a_bounded_number_of_functions(monkeypatch):
 def test_a_batch_carries_its_function_pickled_once_for_all_its_tasks():
     """Dask pickles each task apart from the scheduler to a worker: the tasks of a
     batch share one ShippedFunction (bytes), made once, never the function itself."""
-    from hpcfutures._facade.futures import TaskFuture
-    from hpcfutures._facade.sending import Sender
+    from hpcfutures._facade.core.futures import TaskFuture
+    from hpcfutures._facade.core.sending import Sender
 
     sent = []
 

@@ -50,6 +50,13 @@ OTHER_VARIABLES = {
         "over ``CUDA_VISIBLE_DEVICES`` and the like, and ``none`` declares none. See "
         ":doc:`resources`.",
     ),
+    "HPCFUTURES_FAKE_VERSIONS": (
+        "unset",
+        "A test seam, for hpcfutures' own tests of the version check: "
+        "``python=3.9,cloudpickle=0.1`` makes this process report those versions instead "
+        "of its own to the launch's other processes (see :ref:`own-modules`). It changes "
+        "nothing else; never set it in a real run.",
+    ),
     "HPCFUTURES_RANK": (
         "set by ``hpcfutures run``",
         "This copy's rank, ``0`` to ``HPCFUTURES_SIZE - 1``; its presence selects the "

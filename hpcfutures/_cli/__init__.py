@@ -128,7 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     from .._errors import HPCFuturesError
-    from .._facade.connect import stop
+    from .._facade.outside.connect import stop
 
     try:
         stop(args.file, timeout=args.timeout)

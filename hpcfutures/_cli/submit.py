@@ -89,7 +89,7 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
-    from .._facade.batchjob import Allocation
+    from .._facade.outside.batchjob import Allocation
     from .._launch.outside import expand_path
     from ..launchers._batchfind import detect_batch_system, get_batch_system
     from ..launchers._batchscript import Request, memory_megabytes, parse_walltime

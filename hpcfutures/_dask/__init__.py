@@ -54,6 +54,7 @@ from .cluster import (
 )
 from .coordinator import Coordinator
 from .deaths import death_certificate, death_certificates, lost_worker, report_death
+from .express import expect_express_results
 from .initializer import register_initializer
 from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
 from .scheduler import SchedulerService
@@ -80,6 +81,7 @@ __all__ = [
     "death_certificate",
     "death_certificates",
     "declared_resources",
+    "expect_express_results",
     "finish_client",
     "follow_cluster",
     "follow_member_losses",

@@ -18,7 +18,8 @@ from distributed.comm.addressing import parse_address, parse_host_port
 from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
 
-from .._errors import LauncherError
+from .._errors import LauncherError, VersionMismatchError
+from .._support.environment import MISMATCH_MARK
 from .._support.waves import WaveLog
 from . import tuning
 from ._common import (
@@ -194,16 +195,18 @@ async def wait_for_workers(client: Client, timeout: float) -> None:
     """Wait until at least one worker has joined, at most ``timeout`` s.
 
     Raises :class:`~hpcfutures.LauncherError` as soon as the scheduler knows
-    that none will come (the workers failed to start: it says why), and
-    :class:`TimeoutError` when the deadline passes.
+    that none will come (the workers failed to start: it says why; a
+    :class:`~hpcfutures.VersionMismatchError` when they run other versions than
+    the scheduler), and :class:`TimeoutError` when the deadline passes.
     """
     answer: dict[str, Any] = await asyncio.wait_for(
         getattr(scheduler_rpc(client), AWAIT_WORKERS_OP)(timeout=timeout), timeout + 5)
     if answer.get("failed"):
         _WARNED.setdefault(client, set()).update(answer.get("failures", []))
-        raise LauncherError(
-            f"no worker could start, so the launch ends: {answer['failed']}. Its output "
-            "has the whole error")
+        failed = str(answer["failed"])
+        error = VersionMismatchError if MISMATCH_MARK in failed else LauncherError
+        raise error(f"no worker could start, so the launch ends: {failed}. Its output "
+                    "has the whole error")
     _warn_of_startup_failures(client, answer.get("failures", []))
     if not answer.get("workers"):
         raise TimeoutError(f"no worker joined within {timeout:g} s")

@@ -35,7 +35,9 @@ from ._common import (
 )
 from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
+from .express import relay_express_results
 from .mpigroups import MEMBER_ENDS, RankGroups
+from .spans import SpanPruner
 from .stranded import Stranded
 
 __all__ = ["ClusterSize", "Coordinator"]
@@ -132,6 +134,8 @@ class Coordinator(SchedulerPlugin):
         self.client_seen = asyncio.Event()
         self.done = asyncio.Event()
         self.scheduler: Scheduler | None = None
+        #: Forgets Dask's ended default spans (set once the scheduler starts).
+        self.spans: SpanPruner | None = None
         self.keep_serving = keep_serving
         #: Serving launch: the clients connected now, and since when there are none.
         self.clients: set[str] = set()
@@ -181,6 +185,8 @@ class Coordinator(SchedulerPlugin):
         self.groups.install(scheduler)
         self.worker_changes.install(scheduler)
         self.stranded.install(scheduler)
+        relay_express_results(scheduler)
+        self.spans = SpanPruner(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -240,6 +246,10 @@ class Coordinator(SchedulerPlugin):
         self.worker_changes.left(worker)
         self.groups.worker_gone(worker)
         self.stranded.look_soon()
+
+    def update_graph(self, scheduler: Scheduler, **kwargs: Any) -> None:
+        if self.spans is not None:
+            self.spans.maybe_prune()  # Dask's ended default spans (spans.py)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group

@@ -15,7 +15,7 @@ from typing import Any
 from distributed import Security, Worker
 
 from .._errors import ConfigurationError
-from .._remote import deathwatch, memory
+from .._remote import deathwatch, express, memory
 from .._remote.calls import location
 from .._support.logs import quiet_for_shutdown
 from .._support.needs import CORES, GPUS, MEMORY
@@ -28,6 +28,7 @@ from ._common import (
     VERDICT_OP,
     _hurry,
 )
+from .express import send_express
 
 __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
 
@@ -146,6 +147,7 @@ class WorkerService:
         self._refuse_a_limit_it_already_crosses()
         await self._worker
         _hurry(self._worker.batched_stream)
+        express.set_sender(send_express)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
         memory.enforce(self._worker.memory_manager.memory_limit)
         if self._watched:

@@ -12,7 +12,8 @@ Data flow (client process)::
                   among its args:     │  batch (sending.py), futures swapped
                   queued              │  for Dask futures (arguments.py)
                                       completions.py: ends streamed by the
-                                      │  scheduler, results fetched in batches
+                                      │  scheduler, small results with them,
+                                      │  larger ones fetched in batches
     TaskFuture.result() <── settle ───┘
 
 This module keeps what the pieces share: the futures still outstanding,
@@ -34,17 +35,17 @@ from .._errors import BrokenHPCExecutor, TimeLimitError
 from .._remote.calls import Rows, run_chunk_task, run_task
 from .._support.loop import LoopThread
 from .._support.patience import Patience
-from .arguments import futures_in
-from .batching import Batcher
-from .bundles import SubmitStream
-from .capacity import WorkerMemory, ask_worker_memory
-from .completions import Completions
-from .futures import TaskFuture, settle
-from .mpicalls import MPICalls
-from .mpitask import MPITask
-from .recovery import Recovery
-from .roster import WorkerRoster
-from .sending import Sender
+from .core.arguments import futures_in
+from .core.batching import Batcher
+from .core.bundles import SubmitStream
+from .core.capacity import WorkerMemory, ask_worker_memory
+from .core.completions import Completions
+from .core.futures import TaskFuture, settle
+from .core.recovery import Recovery
+from .core.roster import WorkerRoster
+from .core.sending import Sender
+from .mpi.mpicalls import MPICalls
+from .mpi.mpitask import MPITask
 
 __all__ = ["TaskBridge", "TaskFuture"]
 
@@ -79,6 +80,7 @@ class TaskBridge:
         #: Sizes every group of calls (map chunks, submit bundles) for all streams.
         self.batcher = Batcher(self.worker_threads)
         self._completions = Completions(client, self._connection_lost)
+        self.result_arrived = self._completions.arrived  # a small result ahead of its end
         self._sender = Sender(client, self._completions.follow, self._send_held_now)
         self._recovery = Recovery(client, self._sender.resend, self.break_executor,
                                   self._completions.in_background)
@@ -268,10 +270,8 @@ class TaskBridge:
 
     def _connection_lost(self) -> None:
         if not self._closing:
-            self.break_executor(
-                f"the connection to the scheduler at {self._address} was lost: "
-                f"{self.scheduler_pointer}", self.scheduler_lost_cause
-            )
+            self.break_executor(f"the connection to the scheduler at {self._address} was "
+                                f"lost: {self.scheduler_pointer}", self.scheduler_lost_cause)
 
     # --------------------------------------------------------------- cluster
     def worker_threads(self) -> int:
@@ -392,9 +392,8 @@ class TaskBridge:
         self._loop.call_soon(self.roster.flush)  # a summary of departures still held
 
 
-def _no_journal() -> str | None:
+def _no_journal() -> None:
     return None
 
 
-def _no_journal_count() -> int | None:
-    return None
+_no_journal_count = _no_journal

@@ -21,15 +21,15 @@ from .._remote.initializer import pack_initializer
 from .._support.config import resolve_settings
 from .._support.options import given
 from ..launchers._schedfile import template_fields
-from .arguments import refuse_foreign_futures
 from .bridge import TaskBridge, TaskFuture
-from .capacity import WorkerMemory
-from .closing import Closer, exit_status_for, interpreter_exiting
-from .draining import Drain
-from .journal import Journal, open_journal
+from .core.arguments import refuse_foreign_futures
+from .core.capacity import WorkerMemory
+from .core.closing import Closer, exit_status_for, interpreter_exiting
+from .core.tasks import check_fits, needs_of
 from .maps import MapMethods
-from .mpitask import MPITask, check_launch
-from .tasks import check_fits, needs_of
+from .mpi.mpitask import MPITask, check_launch
+from .resuming.draining import Drain
+from .resuming.journal import Journal, open_journal
 
 __all__ = ["Executor", "LocalExecutor", "MPIExecutor", "SlurmExecutor"]
 

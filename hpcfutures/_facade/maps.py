@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .._launch.session import Session
-from .arguments import plain_values, refuse_foreign_futures
 from .bridge import TaskBridge
-from .closing import Closer
-from .journal import Journal, journal_name
-from .journal_maps import MapLookup
-from .mapping import MapRun, Rest
-from .mpilanes import lanes
-from .mpitask import MPITask, check_launch, results_in_order
-from .progress import open_bar, progress_mode
+from .core.arguments import plain_values, refuse_foreign_futures
+from .core.closing import Closer
+from .core.mapping import MapRun, Rest
+from .core.progress import open_bar, progress_mode
+from .mpi.mpilanes import lanes
+from .mpi.mpitask import MPITask, check_launch, results_in_order
+from .resuming.journal import Journal, journal_name
+from .resuming.journal_maps import MapLookup
 
 __all__ = ["MapMethods"]
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from .._errors import HPCFuturesError, StartupTimeoutError
+from .._remote.modules import note_import_path, pickled_by_value, to_ship
+from .._support import environment
 from .._support.config import Settings
 from .._support.limits import client_connections
 from .._support.logs import (
@@ -58,7 +60,7 @@ class ClientBridge(Protocol):
     stopped_by_signal: bool
     #: Where to look when the scheduler is lost (a rank's log), for error messages.
     scheduler_pointer: str
-    #: The workers seen so far (``_facade.roster.WorkerRoster``), named in errors.
+    #: The workers seen so far (``_facade.core.roster.WorkerRoster``), named in errors.
     roster: Any
     #: The end-of-run summary's client-side tally, when summary=True.
     tally: Any
@@ -76,6 +78,9 @@ class ClientBridge(Protocol):
     def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
         """Dask announced the cluster's size (workers joined or left; ``left``: the
         addresses of those that left)."""
+
+    def result_arrived(self, key: Any, payload: bytes) -> None:
+        """A task's small result, sent ahead of its end (loop thread)."""
 
     def watch_workers(self, timeout: float) -> Coroutine[Any, Any, None]:
         """Watch for all workers gone while calls wait (runs on the loop)."""
@@ -105,6 +110,8 @@ class ClientSide:
         self.local_workers: Any = None
         self.bridge: ClientBridge | None = None
         self.credentials: dict[str, str] = {}
+        #: Where the launch's processes import from (see _remote/modules.py).
+        self.import_path: list[str] = []
         self._signals: StopSignals | None = None
         #: The end-of-run summary's client tally and scheduler ledger (summary=True).
         self.tally: Any = None
@@ -136,6 +143,7 @@ class ClientSide:
                 _dask.connect_client(address, timeout, _dask.make_security(self.credentials),
                                      client_connections(self.plan.identity.size)),
                 timeout, f"connecting to the scheduler at {address}")
+            note_import_path(self.client, self.import_path)  # see _remote/modules.py
             if self.local_workers is not None:
                 self._connect_local_workers(address)
             # Workers may still be queued (job-array elements): the launcher's wait.
@@ -148,6 +156,7 @@ class ClientSide:
         threads = self.loop.run_sync(_dask.total_threads(self.client), self.settings.timeout)
         self.bridge = self.make_bridge(self.loop, self.client, address, threads)
         self.bridge.patience = self.patience
+        _dask.expect_express_results(self.client, self.bridge.result_arrived)
         self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
                            self.settings.timeout)
         if self.settings.initializer is not None:
@@ -180,7 +189,8 @@ class ClientSide:
 
         assert self.settings.initializer is not None
         try:
-            payload = pack_initializer(self.settings.initializer, self.settings.initargs)
+            with pickled_by_value(to_ship(self.client)):  # the user's modules it uses
+                payload = pack_initializer(self.settings.initializer, self.settings.initargs)
             self._run(_dask.register_initializer(self.client, payload, self._initializer_failed),
                       self.settings.timeout, "the workers present to run the initializer")
         except BaseException:
@@ -216,6 +226,9 @@ class ClientSide:
             info = self._run(find_scheduler(_dask, exchange, timeout, patience=patience),
                              timeout + patience.busy_grace + patience.probe_timeout + 1,
                              exchange.description)
+            environment.check("this client", info.versions,
+                              f"the scheduler of launch {info.launch_id} on {info.host}")
+        self.import_path = list(info.import_path) or environment.import_path()
         self.credentials = dict(info.security)
         return info.address
 

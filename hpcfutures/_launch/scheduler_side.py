@@ -6,6 +6,7 @@ import logging
 import signal
 from types import ModuleType
 
+from .._support import environment
 from .._support.config import Settings
 from .._support.loop import stop_on_signals
 from ..launchers import SchedulerInfo
@@ -45,7 +46,8 @@ async def start_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, hos
     if settings.release_idle_after is not None:
         service.release_idle_workers(settings.release_idle_after, settings.min_workers)
     info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id,
-                         security=credentials, serving=keep_serving)
+                         security=credentials, serving=keep_serving,
+                         versions=environment.versions(), import_path=environment.import_path())
     return service, info
 
 

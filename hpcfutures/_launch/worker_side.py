@@ -11,6 +11,7 @@ from types import ModuleType
 
 from .._errors import LauncherError
 from .._remote.gpus import install as install_gpus
+from .._support import environment
 from .._support.config import Settings
 from .._support.gpus import GpuShare, local_size, node_ranks, share_of, worker_slot
 from .._support.loop import stop_on_signals
@@ -93,6 +94,10 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
         return None if knock is _dask.Knock.REFUSED else knock is _dask.Knock.ANSWERED
 
     try:
+        # A worker on another Python or package versions than its scheduler would
+        # fail calls mid-map: it does not join, and the client hears why.
+        environment.check(f"rank {identity.rank} (worker) on {socket.gethostname()}",
+                          info.versions, f"the scheduler of launch {info.launch_id} on {info.host}")
         service = _dask.WorkerService(
             info.address,
             name=plan.worker_name or f"rank-{identity.rank}",

@@ -10,6 +10,7 @@ end the worker's process) and the client raises ``SystemExit`` from the future.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,7 @@ import cloudpickle
 
 from .._errors import SerializationError
 from .deathwatch import finished, running
+from .express import express
 from .initializer import refuse_if_failed
 from .shipping import unship
 from .tracebacks import _annotate, location, restore_traceback, set_location
@@ -45,7 +47,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         raise _annotate(exc) from None
     finally:
         finished()
-    return _checked(value, "the task's result")
+    return _express_or_checked(value, "the task's result")
 
 
 def _unpicklable(what: str, err: BaseException) -> BaseException:
@@ -87,6 +89,26 @@ def _checked(value: Any, what: str) -> Any:
     return value
 
 
+def _express_or_checked(value: Any, what: str) -> Any:
+    """``value``, sent ahead to the client if small (express.py), else seen to pickle."""
+    try:
+        if express(value):
+            return value
+    except (Exception, SystemExit):
+        pass  # cannot be pickled: _checked says why
+    return _checked(value, what)
+
+
+def _sent_ahead(outcome: Any) -> Any:
+    """A chunk's or bundle's outcome, sent ahead to the client if small (express.py).
+
+    Its state is packed once (and kept) whichever way it then travels.
+    """
+    with contextlib.suppress(Exception, SystemExit):
+        express(outcome)
+    return outcome
+
+
 def _dumps_or_none(value: Any) -> bytes | None:
     try:
         return cloudpickle.dumps(value)
@@ -108,10 +130,14 @@ class ChunkOutcome:
     seconds: float = 0.0
 
     def __getstate__(self) -> dict:
-        packed = _dumps_or_none((self.values, self.error))
-        if packed is None:
-            packed = cloudpickle.dumps(self._repaired())
-        return {"packed": packed, "seconds": self.seconds}
+        # Packed once: first to see whether it is small (express.py), then by Dask.
+        state = self.__dict__.get("_state")
+        if state is None:
+            packed = _dumps_or_none((self.values, self.error))
+            if packed is None:
+                packed = cloudpickle.dumps(self._repaired())
+            state = self.__dict__["_state"] = {"packed": packed, "seconds": self.seconds}
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.values, self.error = cloudpickle.loads(state["packed"])
@@ -210,7 +236,7 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
     then = kwargs.get("then")
     if outcome.error is None and then is not None:
         outcome.error = then
-    return outcome
+    return _sent_ahead(outcome)
 
 
 @dataclasses.dataclass
@@ -225,10 +251,13 @@ class BundleOutcome:
     seconds: list
 
     def __getstate__(self) -> dict:
-        packed = _dumps_or_none(self.results)
-        if packed is None:
-            packed = cloudpickle.dumps([_sendable(i, r) for i, r in enumerate(self.results)])
-        return {"packed": packed, "seconds": self.seconds}
+        state = self.__dict__.get("_state")  # packed once: see ChunkOutcome
+        if state is None:
+            packed = _dumps_or_none(self.results)
+            if packed is None:
+                packed = cloudpickle.dumps([_sendable(i, r) for i, r in enumerate(self.results)])
+            state = self.__dict__["_state"] = {"packed": packed, "seconds": self.seconds}
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.results = cloudpickle.loads(state["packed"])
@@ -267,7 +296,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
             seconds.append(time.perf_counter() - started)
     finally:
         finished()
-    return BundleOutcome(results, seconds)
+    return _sent_ahead(BundleOutcome(results, seconds))
 
 
 def fail_with(error: BaseException) -> Any:
@@ -279,6 +308,6 @@ def fail_with(error: BaseException) -> Any:
 def pick(outcome: BundleOutcome, index: int) -> Any:
     """One call's value out of a bundle (when its future becomes an argument)."""
     ok, value = outcome.results[index]
-    if ok:  # kept on this worker: another may fetch it (see run_task)
+    if ok:  # kept on this worker for the task that takes it (see run_task)
         return _checked(value, "the task's result")
     raise value

@@ -22,12 +22,15 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
 
-__all__ = ["ShippedFunction", "unship"]
+from .modules import pickled_by_value, to_ship
+
+__all__ = ["ShippedFunction", "ship", "unship"]
 
 #: Functions a worker keeps loaded, and the most bytes of them (a closure can hold
 #: a large array: such a one is loaded for each task instead, as before).
@@ -53,13 +56,21 @@ class ShippedFunction:
         self.__module__ = module  # type: ignore[assignment]
 
     @classmethod
-    def of(cls, fn: Callable[..., Any]) -> ShippedFunction:
-        """``fn`` pickled now; raises what cloudpickle raises for an unpicklable one."""
-        payload = cloudpickle.dumps(fn)
-        qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    def of(cls, fn: Callable[..., Any],
+           by_value: Sequence[types.ModuleType] = ()) -> ShippedFunction:
+        """``fn`` pickled now, with the modules ``by_value`` (the user's own modules the
+        workers cannot import: see modules.py) pickled by value; raises what cloudpickle
+        raises for an unpicklable one."""
+        with pickled_by_value(by_value):
+            payload = cloudpickle.dumps(fn)
+        named: Any = fn  # a wrapper object (hpcfutures.task): named by the function it wraps
+        wrapped = getattr(fn, "__wrapped__", None)
+        if getattr(fn, "__qualname__", None) is None and callable(wrapped):
+            named = wrapped
+        qualname = getattr(named, "__qualname__", None) or type(named).__qualname__
         return cls(payload, hashlib.blake2b(payload, digest_size=16).hexdigest(),
-                   getattr(fn, "__name__", None) or qualname.rpartition(".")[2], qualname,
-                   getattr(fn, "__module__", None))
+                   getattr(named, "__name__", None) or qualname.rpartition(".")[2], qualname,
+                   getattr(named, "__module__", None))
 
     def __reduce__(self) -> tuple[Any, tuple]:
         return ShippedFunction, (self.payload, self.digest, self.__name__, self.__qualname__,
@@ -91,6 +102,16 @@ class ShippedFunction:
 
     def __repr__(self) -> str:
         return f"<shipped {self.__module__}.{self.__qualname__}>"
+
+
+def ship(fn: Callable[..., Any], owner: Any) -> Callable[..., Any]:
+    """``fn`` pickled now for the launch of ``owner`` (a Dask client), with the user's
+    modules that launch lacks by value; ``fn`` itself if it cannot be pickled (Dask's
+    attempt then fails, with the error the caller reports)."""
+    try:
+        return ShippedFunction.of(fn, to_ship(owner))
+    except Exception:
+        return fn
 
 
 def unship(fn: Any) -> Any:

@@ -10,7 +10,7 @@ Two sources, because neither alone knows everything::
 hpcfutures packs many user calls into one Dask task (map chunks, submit
 bundles), so with ``summary`` on the client gives each task that carries other
 than one call a Dask annotation, :data:`CALLS_ANNOTATION`, with the number
-(``_facade/sending.py``), and the ledger reads it from the task's state.  This
+(``_facade/core/sending.py``), and the ledger reads it from the task's state.  This
 module formats; it reads nothing of Dask's (the ledger is a Dask scheduler
 plug-in, so it lives in :mod:`hpcfutures._dask`).  Nothing here runs unless
 ``summary`` is on.

@@ -18,7 +18,7 @@ journal at once never interleave their bytes; readers merge every segment.  A
 record torn by a kill (short, or with a wrong checksum) ends the reading of
 its segment: the calls it and any later record held are computed again, never
 answered wrongly.  Nothing here knows about executors or functions; the
-fingerprints (keys) come from :mod:`hpcfutures._facade.journal`.  Records are
+fingerprints (keys) come from :mod:`hpcfutures._facade.resuming.journal`.  Records are
 found by key in :mod:`.journal_index` and written by :mod:`.journal_writer`.
 """
 

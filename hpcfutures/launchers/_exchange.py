@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["AddressExchange", "SchedulerInfo"]
@@ -41,6 +41,13 @@ class SchedulerInfo:
     security: Mapping[str, str] = dataclasses.field(default_factory=dict)
     finished: bool = False
     serving: bool = False
+    #: The scheduler's Python minor version and hpcfutures, distributed and
+    #: cloudpickle versions (empty from an hpcfutures older than the check): the
+    #: client and the workers compare theirs before they connect.
+    versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The folders the launch's processes import from (its scheduler's ``sys.path``):
+    #: the client's own modules found elsewhere travel by value with its functions.
+    import_path: Sequence[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"hpcfutures": 1, **dataclasses.asdict(self)}, indent=1)

@@ -58,7 +58,7 @@ class WorkerMemory(NamedTuple):
 
 async def ask_worker_memory(client: Client) -> dict[str, WorkerMemory]:
     """Every connected worker's memory, by address (a Dask client, on its loop)."""
-    from .. import _dask
+    from ... import _dask
 
     workers = await _dask.worker_facts(client)
     if not workers:

@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import TimeLimitError
-from ..launchers._endtime import AllocationEnd, find_end
-from ..launchers._requeue import requeue_directive
+from ..._errors import TimeLimitError
+from ...launchers._endtime import AllocationEnd, find_end
+from ...launchers._requeue import requeue_directive
 
 __all__ = ["DRAIN_FLOOR", "Drain", "default_margin"]
 
@@ -140,7 +140,7 @@ class Drain:
             return None
         if not self._settings.requeue:
             return None
-        from ..launchers._requeue import REQUEUED_STATUS, requeue_job
+        from ...launchers._requeue import REQUEUED_STATUS, requeue_job
 
         journal = self._bridge.journal_note()
         then = ("its rerun resumes from the journal" if journal is not None else

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from .._support.journal_index import OFFSET, SHIFT, Cursor, Places
+from ..._support.journal_index import OFFSET, SHIFT, Cursor, Places
 from .journal import NO_KEY, Journal
 
 __all__ = ["MapLookup"]

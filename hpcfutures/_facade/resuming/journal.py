@@ -35,13 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigurationError
-from .._support.journal_files import KEY_SIZE, JournalReader, encode_record
-from .._support.journal_index import Cursor, Places
-from .._support.journal_writer import JournalWriter
-from .arguments import futures_in, plain_rows, swap_futures
+from ..._errors import ConfigurationError
+from ..._support.journal_files import KEY_SIZE, JournalReader, encode_record
+from ..._support.journal_index import Cursor, Places
+from ..._support.journal_writer import JournalWriter
+from ..core.arguments import futures_in, plain_rows, swap_futures
+from ..core.futures import TaskFuture, settle
 from .fingerprints import function_digest, pickled
-from .futures import TaskFuture, settle
 
 __all__ = ["NO_KEY", "Journal", "journal_name", "open_journal"]
 
@@ -311,7 +311,7 @@ def journal_name(fn: Any) -> str:
 def open_journal(template: str, fields: dict[str, str],
                  schedule: Callable[[Callable[[], None]], None]) -> Journal:
     """Open the journal at ``template`` (expanded with ``fields``), or say why not."""
-    from .._support.config import expand_template
+    from ..._support.config import expand_template
 
     directory = expand_template(template, fields, "journal")
     try:

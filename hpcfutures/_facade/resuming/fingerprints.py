@@ -16,7 +16,7 @@ import pickle
 import types
 from typing import Any
 
-from .._support.journal_files import KEY_SIZE
+from ..._support.journal_files import KEY_SIZE
 
 __all__ = ["function_digest", "pickled"]
 

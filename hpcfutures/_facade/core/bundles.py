@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._remote.calls import BundleOutcome, restore_traceback, run_bundle
+from ..._remote.calls import BundleOutcome, restore_traceback, run_bundle
 from .batching import Batcher, Stream
 from .futures import TaskFuture, mark_running, settle
 

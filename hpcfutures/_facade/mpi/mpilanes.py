@@ -14,7 +14,7 @@ import collections
 import statistics
 from typing import Any
 
-from .futures import TaskFuture
+from ..core.futures import TaskFuture
 from .mpitask import MPITask
 
 __all__ = ["CallQueue", "lanes", "start"]

@@ -32,10 +32,10 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._errors import WorkerCrashError
-from .._remote.calls import fail_with, restore_traceback, run_bundle, run_chunk_task
-from .._remote.deathwatch import function_name
-from .._support.patience import Patience
+from ..._errors import WorkerCrashError
+from ..._remote.calls import fail_with, restore_traceback, run_bundle, run_chunk_task
+from ..._remote.deathwatch import function_name
+from ..._support.patience import Patience
 from .arguments import futures_in
 from .futures import TaskFuture, settle
 
@@ -70,7 +70,7 @@ class Recovery:
     def __init__(self, client: Any, resend: Callable[[TaskFuture, tuple], None],
                  broken: Callable[[str], None],
                  background: Callable[[Any], object]) -> None:
-        from .. import _dask  # the client is connected: distributed is imported already
+        from ... import _dask  # the client is connected: distributed is imported already
 
         self._dask = _dask
         self._client = client

@@ -30,17 +30,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import AllocationLostError, NotServingError
-from .._launch.outside import expand_path, stop_launch
-from .._support.values import to_seconds
-from ..launchers._batchfind import detect_batch_system, get_batch_system
-from ..launchers._batchscript import (
+from ..._errors import AllocationLostError, NotServingError
+from ..._launch.outside import expand_path, stop_launch
+from ..._support.values import to_seconds
+from ...launchers._batchfind import detect_batch_system, get_batch_system
+from ...launchers._batchscript import (
     JobState,
     Request,
     memory_megabytes,
     parse_walltime,
 )
-from ..launchers._request import with_components
+from ...launchers._request import with_components
 from .batchjob import Allocation, await_serving
 from .connect import ConnectedExecutor
 
@@ -337,7 +337,7 @@ def allocate(
                             environment=environment)
     allocation.submit()
     try:
-        from .._support.config import resolve_settings
+        from ..._support.config import resolve_settings
 
         settings = resolve_settings({"timeout": timeout} if timeout is not None else {})
         await_serving(allocation, schedfile, wait_queue, settings.timeout)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._support.waves import WaveLog
+from ..._support.waves import WaveLog
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -53,7 +53,7 @@ class WorkerRoster:
                       timeout: float = 5.0) -> None:
         """Ask the scheduler who is there; warn about each worker gone since
         (unless ``ending()``: then workers leave because the launch is over)."""
-        from .. import _dask
+        from ... import _dask
 
         try:
             self._next, changes = await asyncio.wait_for(
@@ -114,7 +114,7 @@ class WorkerRoster:
 
 async def _released(client: Client) -> set[str]:
     """Workers the scheduler retired on purpose (release_idle_after): not lost."""
-    from .. import _dask
+    from ... import _dask
 
     try:
         return await asyncio.wait_for(_dask.released_workers(client), 5)

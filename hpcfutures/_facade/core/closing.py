@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .._support.logs import quiet_for_shutdown
+from ..._support.logs import quiet_for_shutdown
 
 __all__ = ["Closer", "exit_status_for", "interpreter_exiting"]
 

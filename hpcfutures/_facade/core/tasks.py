@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._support.needs import Needs, describe_resources, fits
+from ..._support.needs import Needs, describe_resources, fits
 
 __all__ = ["Task", "check_fits", "needs_of", "task"]
 
@@ -39,9 +39,7 @@ class Task:
             fn = inner.fn
         if not callable(fn):
             raise TypeError(f"task() needs a callable, got {type(fn).__name__}")
-        from .mpitask import MPITask
-
-        if isinstance(fn, MPITask):
+        if isinstance(getattr(fn, "needs", None), Needs) and hasattr(fn, "ranks"):  # MPITask
             raise TypeError("task() got an mpi_task: give the needs of each rank to "
                             "mpi_task(fn, ranks=N, cores=..., gpus=..., memory=...)")
         self.fn = fn
@@ -74,7 +72,7 @@ class Task:
         self.fn, self.needs = state
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from .._remote.gpus import holding
+        from ..._remote.gpus import holding
 
         with holding(self.needs.gpus or 0):
             return self.fn(*args, **kwargs)

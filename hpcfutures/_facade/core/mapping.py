@@ -37,7 +37,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
 
-from .._remote.calls import ChunkOutcome, Rows, restore_traceback
+from ..._remote.calls import ChunkOutcome, Rows, restore_traceback
 from .arguments import futures_in, plain_rows
 from .batching import Stream
 from .futures import TaskFuture

@@ -17,14 +17,16 @@ import concurrent.futures as cf
 import contextlib
 import itertools
 import logging
+import types
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._errors import SerializationError
-from .._remote.calls import Rows, pick, pickling_error, run_bundle, run_chunk_task, run_task
-from .._remote.shipping import ShippedFunction
-from .._reports.summary import CALLS_ANNOTATION
+from ..._errors import SerializationError
+from ..._remote.calls import Rows, pick, pickling_error, run_bundle, run_chunk_task, run_task
+from ..._remote.modules import to_ship
+from ..._remote.shipping import ShippedFunction
+from ..._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
 from .tasks import needs_of
@@ -108,7 +110,7 @@ class Sender:
 
     def _send(self, runner: Callable[..., Any], group: list, calls: int,
               resources: dict[str, float] | None = None) -> None:
-        shipped = _shipped_functions(fn for _, fn, *_ in group)
+        shipped = _shipped_functions((fn for _, fn, *_ in group), to_ship(self._client))
         columns = zip(*[(shipped.get(id(fn), fn), args, kwargs)
                         for _, fn, args, kwargs, _ in group], strict=True)
         try:
@@ -124,12 +126,14 @@ class Sender:
 
     def _send_one(self, runner: Callable[..., Any], item: tuple, calls: int = 1) -> Any:
         future, fn, args, kwargs, key = item
+        shipped = _shipped_functions([fn], to_ship(self._client)).get(id(fn), fn)
         try:
             # A fresh key: Dask already registered the failed batch's keys and
             # would hand back those never-to-finish futures.
             with self._counted(calls):
-                return self._client.submit(runner, fn, args, kwargs, key=f"{key}-alone",
-                                           **_restricted(_resources_of(fn)), pure=False)
+                return self._client.submit(runner, shipped, args, kwargs,
+                                           key=f"{key}-alone", **_restricted(_resources_of(fn)),
+                                           pure=False)
         except Exception as err:
             settle(future, exception=_submission_error(
                 fn, err, _unpicklable_part(runner, fn, args, kwargs)))
@@ -140,16 +144,21 @@ class Sender:
                         calls: int = 1) -> TaskFuture | None:
         """Send one task of the library's own (a bundle); None if it cannot be pickled."""
         key = self._key(name)
+        resources = _bundle_resources(args)  # read before the functions are shipped
+        if runner is run_bundle:  # its calls' functions travel as a batch's do
+            shipped = _shipped_functions((fn for fn, *_ in args[0]), to_ship(self._client))
+            args = ([(shipped.get(id(fn), fn), *rest) for fn, *rest in args[0]], *args[1:])
         try:
             with self._counted(calls):
                 dask_future = self._client.submit(runner, *args, key=key, pure=False,
-                                                  **_restricted(_bundle_resources(args)))
+                                                  **_restricted(resources))
         except Exception:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
         internal = TaskFuture()
         internal._dask = dask_future
-        internal._recipe = (runner, None, args, {}, False)
+        # A bundle's recipe has no keyword arguments: its slot keeps the restrictions.
+        internal._recipe = (runner, None, args, _restricted(resources), False)
         self._follow(dask_future, internal)
         return internal
 
@@ -166,7 +175,7 @@ class Sender:
         try:
             with self._counted(len(args[0])):
                 dask_future = self._client.submit(runner, *args, key=key, pure=False,
-                                                  **_restricted(_bundle_resources(args)))
+                                                  **kwargs)  # the restrictions, if any
         except Exception as err:
             settle(future, exception=err)
             return
@@ -248,16 +257,18 @@ def _calls_in(chunk: list | Rows) -> int:
     return len(chunk.items if isinstance(chunk, Rows) else chunk)
 
 
-def _shipped_functions(functions: Iterable[Callable[..., Any]]) -> dict[int, ShippedFunction]:
+def _shipped_functions(functions: Iterable[Callable[..., Any]],
+                       by_value: list[types.ModuleType]) -> dict[int, ShippedFunction]:
     """A batch's distinct functions, each pickled once for all its tasks (see
-    ``_remote/shipping.py``).  One that cannot be pickled is left as it is: Dask's
-    attempt fails, and the error says which function (``_submission_error``)."""
+    ``_remote/shipping.py``), with the user's modules the workers lack by value.  One
+    that cannot be pickled is left as it is: Dask's attempt fails, and the error says
+    which function (``_submission_error``)."""
     shipped: dict[int, ShippedFunction] = {}
     unpicklable: set[int] = set()
     for fn in functions:
         if id(fn) not in shipped and id(fn) not in unpicklable:
             try:
-                shipped[id(fn)] = ShippedFunction.of(fn)
+                shipped[id(fn)] = ShippedFunction.of(fn, by_value)
             except Exception:
                 unpicklable.add(id(fn))
     return shipped

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import pickle
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import RemoteTraceback, SerializationError
-from .._remote.calls import restore_traceback
+from ..._errors import RemoteTraceback, SerializationError
+from ..._remote.calls import restore_traceback
 from .futures import TaskFuture, settle
 
 __all__ = ["GATHERS", "SLOW_GATHER", "Completions"]
@@ -63,6 +64,9 @@ class Completions:
         self._timer: asyncio.TimerHandle | None = None
         #: Tasks running in the background, kept so the loop does not drop them.
         self._background: set[asyncio.Future] = set()
+        #: Dask key -> the future its small result settles, should it come ahead
+        #: of the task's end (``_remote/express.py``).
+        self._awaiting: dict[Any, TaskFuture] = {}
 
     @property
     def fetching(self) -> int:
@@ -103,9 +107,32 @@ class Completions:
 
     def follow(self, dask_future: Any, future: TaskFuture) -> None:
         """Settle ``future`` when ``dask_future`` ends."""
+        self._awaiting[dask_future.key] = future
         self.in_background(self._watch(dask_future, future))
 
+    def arrived(self, key: Any, payload: bytes) -> None:
+        """A task's small result, sent ahead of its end: no fetch needed.
+
+        One that cannot be unpickled here is left to the fetch, which reports
+        it as it would any result.
+        """
+        future = self._awaiting.get(key)
+        if future is None or future.done():
+            return
+        try:
+            value = pickle.loads(payload)
+        except Exception:
+            return
+        settle(future, result=value)
+
     async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
+        try:
+            await self._until_settled(dask_future, future)
+        finally:
+            if self._awaiting.get(dask_future.key) is future:
+                del self._awaiting[dask_future.key]
+
+    async def _until_settled(self, dask_future: Any, future: TaskFuture) -> None:
         exception = await dask_future.exception()
         status = dask_future.status
         while status == "lost":
@@ -115,6 +142,8 @@ class Completions:
             exception = await dask_future.exception()
             status = dask_future.status
         if status == "finished":
+            if future.done():  # its result came ahead of its end
+                return
             self._ready.append((dask_future, future))
             self._fetch_more()
         elif status == "error":

@@ -19,9 +19,9 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from .._errors import MissingDependencyError
-from .._support.values import to_progress
-from ..launchers.run import TERMINAL_VAR
+from ..._errors import MissingDependencyError
+from ..._support.values import to_progress
+from ...launchers.run import TERMINAL_VAR
 
 __all__ = ["MapProgress", "open_bar", "progress_mode"]
 

@@ -40,15 +40,16 @@ from typing import Any
 
 import cloudpickle
 
-from .._errors import RemoteTraceback
-from .._remote.calls import restore_traceback
-from .._remote.mpitask import run_members
-from .._reports.summary import CALLS_ANNOTATION
-from .arguments import futures_in, swap_futures
-from .futures import TaskFuture, settle
+from ..._errors import RemoteTraceback
+from ..._remote.calls import restore_traceback
+from ..._remote.mpitask import run_members
+from ..._remote.shipping import ship
+from ..._reports.summary import CALLS_ANNOTATION
+from ..core.arguments import futures_in, swap_futures
+from ..core.futures import TaskFuture, settle
+from ..core.tasks import Task
 from .mpilanes import CallQueue
 from .mpitask import MPITask
-from .tasks import Task
 
 __all__ = ["MPICalls", "member_failure"]
 
@@ -94,7 +95,7 @@ class MPICalls:
         """Run ``calls`` (each ``(args, kwargs)``, its future at the same place), in groups
         of at least ``least`` consecutive calls, ``lanes`` groups at once."""
         if not self._following:  # on the loop thread, as the Dask client wants
-            from .. import _dask
+            from ... import _dask
 
             _dask.follow_member_losses(self._client, self._member_lost, self._call_failed)
             self._following = True
@@ -108,7 +109,7 @@ class MPICalls:
         """The user cancelled ``future``: once no call of its queue is left, withdraw the
         requests for ranks now, so that they do not hold up the calls behind them (loop
         thread)."""
-        from .. import _dask
+        from ... import _dask
 
         queue = self._asking_for.pop(future, None)
         if queue is not None and not queue.left():
@@ -117,7 +118,7 @@ class MPICalls:
 
     def _member_lost(self, group: str, world_rank: int | None) -> None:
         """A worker died under a running call: end the MPI job (see the module's doc)."""
-        from ..launchers import _mpi
+        from ...launchers import _mpi
 
         if group not in self._running:
             return
@@ -179,7 +180,7 @@ class MPICalls:
 
     async def _group(self, queue: CallQueue) -> bool:
         """Reserve ranks, take the next calls, run them; False: nothing more to do here."""
-        from .. import _dask
+        from ... import _dask
 
         task = queue.task
         group = f"mpi-{getattr(task.fn, '__name__', 'mpi_task')}-{uuid.uuid4().hex}"
@@ -220,7 +221,7 @@ class MPICalls:
 
     async def _reserve(self, queue: CallQueue, group: str, keys: list[str]) -> dict | None:
         """The scheduler's grant; None once no call is left or the executor broke."""
-        from .. import _dask
+        from ... import _dask
 
         if self._asking is None:  # made on the loop thread
             self._asking = asyncio.Semaphore(ASKING_AT_ONCE)
@@ -246,8 +247,9 @@ class MPICalls:
         world_ranks = tuple(grant["world_ranks"])
         group = keys[0].rpartition("-")[0]
         members = []
-        # A rank that needs GPUs takes them on its worker as a task's call would.
-        fn = Task(task.fn, task.needs) if task.needs.gpus else task.fn
+        # A rank that needs GPUs takes them on its worker as a task's call would; the
+        # user's modules the workers lack travel by value.
+        fn = ship(Task(task.fn, task.needs) if task.needs.gpus else task.fn, self._client)
         for index, address in enumerate(grant["workers"]):
             # The end-of-run summary counts the calls on member 0's task (see sending.py).
             with _counted_as(len(calls) if index == 0 else 0):

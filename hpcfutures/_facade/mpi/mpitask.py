@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .._errors import LauncherError
-from .._support.needs import Needs
+from ..._errors import LauncherError
+from ..._support.needs import Needs
 
 __all__ = ["MPITask", "check_launch", "mpi_task", "results_in_order"]
 
@@ -102,8 +102,8 @@ def check_launch(session: Any, ranks: int) -> int:
     ``hpcfutures run``, ``srun`` without ``--mpi``, a client from outside),
     ``ValueError`` when it has fewer worker ranks than asked for.
     """
-    from .._launch.roles import Role
-    from .._launch.scheduler_side import expected_workers
+    from ..._launch.roles import Role
+    from ..._launch.scheduler_side import expected_workers
 
     plan = session.plan
     launcher = plan.identity.launcher if plan is not None else "unknown"

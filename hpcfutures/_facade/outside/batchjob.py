@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._errors import NotServingError, QueueTimeoutError, StartupTimeoutError
-from .._launch.outside import serving_info
-from .._support.backoff import Backoff
-from ..launchers._batchscript import BatchSystem, JobState, Request
+from ..._errors import NotServingError, QueueTimeoutError, StartupTimeoutError
+from ..._launch.outside import serving_info
+from ..._support.backoff import Backoff
+from ...launchers._batchscript import BatchSystem, JobState, Request
 
 __all__ = ["Allocation", "await_serving"]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._launch.outside import OutsideSession, expand_path, serving_info, stale_error, stop_launch
-from .._launch.session import Session
-from .._support.config import resolve_settings
-from .._support.options import CONNECT_KEYWORDS, given
-from .._support.values import to_seconds
-from .executor import Executor
+from ..._launch.outside import OutsideSession, expand_path, serving_info, stale_error, stop_launch
+from ..._launch.session import Session
+from ..._support.config import resolve_settings
+from ..._support.options import CONNECT_KEYWORDS, given
+from ..._support.values import to_seconds
+from ..executor import Executor
 
 __all__ = ["ConnectedExecutor", "connect", "stop"]
 

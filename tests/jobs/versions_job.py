@@ -1,0 +1,24 @@
+"""Worker ranks that report other versions than their scheduler (issue 27).
+
+    hpcfutures run -n N python tests/jobs/versions_job.py RANKS
+
+The worker ranks listed in RANKS (comma-separated) fake other versions through
+the test seam HPCFUTURES_FAKE_VERSIONS, set before they start.  The client
+prints "VERSIONS MISMATCH <message>" if its executor refused to start, else
+maps and prints "VERSIONS MAPPED <ok>".
+"""
+
+import os
+import sys
+
+import hpcfutures
+
+if os.environ.get("HPCFUTURES_RANK") in sys.argv[1].split(","):
+    os.environ["HPCFUTURES_FAKE_VERSIONS"] = "python=3.9,cloudpickle=0.0.1"
+
+try:
+    with hpcfutures.Executor() as ex:
+        ok = list(ex.map(abs, [-1, -2, 3])) == [1, 2, 3]
+        print(f"VERSIONS MAPPED {ok}", flush=True)
+except hpcfutures.VersionMismatchError as err:
+    print(f"VERSIONS MISMATCH {err}", flush=True)

@@ -1,0 +1,141 @@
+"""Small results ride with their task's end (``_remote/express.py``): no fetch of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import threading
+
+import cloudpickle
+import distributed
+import pytest
+
+import hpcfutures
+from hpcfutures._dask.express import EXPRESS_OP, relay_express_results
+from hpcfutures._remote.express import EXPRESS_BYTES, small_pickle
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_small_value_is_pickled_whole_and_a_large_one_stops_at_the_cap():
+    assert pickle.loads(small_pickle({"a": [1, 2, 3]})) == {"a": [1, 2, 3]}
+    assert small_pickle(b"x" * (EXPRESS_BYTES + 1)) is None
+    assert small_pickle(list(range(10)), cap=8) is None
+
+
+def test_a_value_with_out_of_band_data_is_never_sent_ahead():
+    """An array's data goes from worker to client directly, never through the scheduler."""
+    assert small_pickle(pickle.PickleBuffer(b"tiny")) is None
+
+
+def test_a_value_that_cannot_be_pickled_raises():
+    with pytest.raises(TypeError):
+        small_pickle(threading.Lock())
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+
+    def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+
+class _Scheduler:
+    def __init__(self) -> None:
+        self.tasks: dict = {}
+        self.client_comms = {"alice": _Stream(), "bob": _Stream()}
+        self.stream_handlers: dict = {}
+
+
+class _Named:
+    def __init__(self, **attributes) -> None:
+        self.__dict__.update(attributes)
+
+
+def test_the_scheduler_passes_a_small_result_only_to_the_clients_that_want_it():
+    scheduler = _Scheduler()
+    relay_express_results(scheduler)
+    relay = scheduler.stream_handlers[EXPRESS_OP]
+    scheduler.tasks["k"] = _Named(who_wants={_Named(client_key="bob")})
+    scheduler.tasks["released"] = _Named(who_wants=set())
+    relay(key="k", payload=b"p", worker="w")
+    relay(key="released", payload=b"q", worker="w")
+    relay(key="unknown", payload=b"r", worker="w")
+    assert scheduler.client_comms["alice"].sent == []
+    assert scheduler.client_comms["bob"].sent == [{"op": EXPRESS_OP, "key": "k", "payload": b"p"}]
+
+
+class _Finishing:
+    """A Dask future the test ends by hand."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self.status, self.ended = key, "pending", asyncio.Event()
+
+    def end(self) -> None:
+        self.status = "finished"
+        self.ended.set()
+
+    async def exception(self):
+        await self.ended.wait()
+        return None
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.gathered: list[list[str]] = []
+
+    async def gather(self, futures):
+        self.gathered.append([f.key for f in futures])
+        return ["fetched"] * len(futures)
+
+
+def test_a_result_that_arrived_ahead_settles_its_future_and_is_never_fetched():
+    from hpcfutures._facade.core.completions import Completions
+    from hpcfutures._facade.core.futures import TaskFuture
+
+    async def scenario() -> None:
+        client = _Client()
+        completions = Completions(client, lost=lambda: None)
+        ahead, fetched, garbled = (_Finishing(k) for k in ("ahead", "fetched", "garbled"))
+        futures = {d.key: TaskFuture() for d in (ahead, fetched, garbled)}
+        for dask_future in (ahead, fetched, garbled):
+            completions.follow(dask_future, futures[dask_future.key])
+        completions.arrived("ahead", cloudpickle.dumps("early"))
+        completions.arrived("garbled", b"not a pickle")  # left to the fetch, which reports
+        completions.arrived("stranger", cloudpickle.dumps("ignored"))
+        assert futures["ahead"].result(timeout=0) == "early"
+        for dask_future in (ahead, fetched, garbled):
+            dask_future.end()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert futures["fetched"].result(timeout=1) == "fetched"
+        assert futures["garbled"].result(timeout=1) == "fetched"
+        assert sorted(key for batch in client.gathered for key in batch) == ["fetched", "garbled"]
+        assert completions._awaiting == {}, "a settled key is forgotten"
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def echo(value):
+    return value
+
+
+def test_on_the_laptop_small_results_are_never_fetched_and_large_ones_are(monkeypatch):
+    """End to end on real worker processes: submit and map results that fit come with
+    their task's end (no gather at all); one past the cap is fetched from its worker."""
+    gathers: list[int] = []
+    real_gather = distributed.Client.gather
+
+    def counted(self, futures, *args, **kwargs):
+        gathers.append(len(futures) if isinstance(futures, list) else 1)
+        return real_gather(self, futures, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "gather", counted)
+    with hpcfutures.Executor(2) as ex:
+        assert [ex.submit(echo, i).result() for i in range(20)] == list(range(20))
+        assert list(ex.map(echo, range(500))) == list(range(500))
+        assert gathers == [], "small results were fetched from their workers"
+        large = b"y" * (2 * EXPRESS_BYTES)
+        assert ex.submit(echo, large).result() == large
+        assert gathers, "a result past the cap came through the scheduler"
