@@ -15,6 +15,10 @@
 #   SLURM_UP_TIMEOUT=60      seconds allowed for each wait (daemon start, idle node, probe)
 #   SLURM_APT_TIMEOUT=600    seconds allowed for apt-get update + install
 #   SLURM_SKIP_INSTALL=0     1: never call apt-get (fail if the packages are missing)
+#   SLURM_GPUS=4             GPUs as a generic resource (GRES) on device files /dev/hpcf-gpu0.. made
+#                            here: Slurm sets CUDA_VISIBLE_DEVICES for the jobs and steps that ask for
+#                            them, as on a GPU node (tests/test_resources.py); jobs that ask for none
+#                            see no difference. 0: none
 set -euo pipefail
 
 SLURM_CPUS=${SLURM_CPUS:-8}
@@ -23,6 +27,8 @@ SLURM_WITH_PMIX=${SLURM_WITH_PMIX-1}
 SLURM_UP_TIMEOUT=${SLURM_UP_TIMEOUT:-60}
 SLURM_APT_TIMEOUT=${SLURM_APT_TIMEOUT:-600}
 SLURM_SKIP_INSTALL=${SLURM_SKIP_INSTALL:-0}
+SLURM_GPUS=${SLURM_GPUS:-4}
+GRES_CONF=/etc/slurm/gres.conf
 
 PIDDIR=/run/hpcfutures-slurm        # munged.pid, slurmctld.pid, slurmd.pid
 LOGDIR=/var/log/hpcfutures-slurm    # slurmctld.log, slurmd.log
@@ -110,6 +116,18 @@ chown munge:munge /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key
 
 # ----------------------------------------------------------------------------- 3. slurm.conf
+# GPUs without GPUs: character devices like /dev/null, listed in gres.conf (AutoDetect=off, so
+# Slurm looks for no vendor library). A changed gres.conf restarts the daemons as slurm.conf does.
+gres=""
+new_gres=$(mktemp)
+if [ "$SLURM_GPUS" -gt 0 ]; then
+  for i in $(seq 0 $((SLURM_GPUS - 1))); do
+    [ -e "/dev/hpcf-gpu$i" ] || mknod "/dev/hpcf-gpu$i" c 1 3
+  done
+  printf '# Written by hpcfutures ci/slurm-up.sh. Edits are overwritten.\nAutoDetect=off\nName=gpu File=/dev/hpcf-gpu[0-%d]\n' \
+    $((SLURM_GPUS - 1)) >"$new_gres"
+  gres="Gres=gpu:$SLURM_GPUS"
+fi
 # Why these settings (details in the project's Slurm notes):
 # - NodeName=localhost + NodeAddr=127.0.0.1 + `slurmd -N localhost`: independent of the hostname.
 # - SlurmdParameters=config_overrides: accept CPUs=8 on a 2-core machine instead of draining.
@@ -139,8 +157,9 @@ SlurmctldLogFile=$LOGDIR/slurmctld.log
 SlurmdLogFile=$LOGDIR/slurmd.log
 EOF
   slurm_conf_policy "$SLURM_MPI_DEFAULT"
+  if [ -n "$gres" ]; then echo "GresTypes=gpu"; fi
   cat <<EOF
-NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=4096 State=UNKNOWN
+NodeName=localhost $gres NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=4096 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 } >"$new_conf"
@@ -151,6 +170,17 @@ if ! cmp -s "$new_conf" "$CONF"; then
   log "wrote $CONF"
 fi
 rm -f "$new_conf"
+if [ -s "$new_gres" ]; then
+  if ! cmp -s "$new_gres" "$GRES_CONF"; then
+    install -m 0644 "$new_gres" "$GRES_CONF"
+    conf_changed=1
+    log "wrote $GRES_CONF ($SLURM_GPUS GPUs on /dev/hpcf-gpu*)"
+  fi
+elif [ -e "$GRES_CONF" ]; then
+  rm -f "$GRES_CONF"
+  conf_changed=1
+fi
+rm -f "$new_gres"
 
 # ----------------------------------------------------------------------------- 4. daemons
 # Each daemon forks into the background by itself and writes its own pid file.

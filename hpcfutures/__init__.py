@@ -38,6 +38,7 @@ from ._errors import (
     LauncherError,
     MissingDependencyError,
     NestedExecutorError,
+    NoSuitableWorkerError,
     NotEnoughRanksError,
     NotServingError,
     QueueTimeoutError,
@@ -53,10 +54,12 @@ from ._errors import (
     VersionMismatchError,
     WorkerCrashError,
 )
+from ._facade.core.tasks import Task, task
 from ._facade.executor import Executor, LocalExecutor, MPIExecutor, SlurmExecutor
 from ._facade.mpi.mpitask import MPITask, mpi_task
 from ._facade.outside.allocate import AllocatedExecutor, allocate
 from ._facade.outside.connect import ConnectedExecutor, connect, stop
+from ._remote.gpus import current_gpus
 from ._ssh.openssh import SSH
 from .launchers import AddressExchange, Launcher, SchedulerInfo
 
@@ -84,6 +87,7 @@ __all__ = [  # noqa: RUF022
     "MPITask",
     "MissingDependencyError",
     "NestedExecutorError",
+    "NoSuitableWorkerError",
     "NotEnoughRanksError",
     "NotServingError",
     "QueueTimeoutError",
@@ -97,12 +101,15 @@ __all__ = [  # noqa: RUF022
     "SlurmExecutor",
     "StartupTimeoutError",
     "StopTimeoutError",
+    "Task",
     "TaskMemoryError",
     "TimeLimitError",
     "VersionMismatchError",
     "WorkerCrashError",
     "allocate",
     "connect",
+    "current_gpus",
     "mpi_task",
     "stop",
+    "task",
 ]

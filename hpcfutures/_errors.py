@@ -26,6 +26,8 @@
     ├── TaskMemoryError (MemoryError)         a task crossed its worker's memory limit
     ├── WorkerCrashError (RuntimeError)       a call killed its worker process (or its
     │                                         worker was lost too often)
+    ├── NoSuitableWorkerError (RuntimeError)  a call's needs fit no worker left: those
+    │                                         that had them are gone
     ├── TimeLimitError (RuntimeError)         a call never started: the executor drained
     │                                         before the allocation's end
     └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone, or
@@ -52,6 +54,7 @@ __all__ = [
     "LauncherError",
     "MissingDependencyError",
     "NestedExecutorError",
+    "NoSuitableWorkerError",
     "NotEnoughRanksError",
     "NotServingError",
     "QueueTimeoutError",
@@ -240,6 +243,11 @@ class WorkerCrashError(HPCFuturesError, RuntimeError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class NoSuitableWorkerError(HPCFuturesError, RuntimeError):
+    """A call's needs (cores, GPUs, memory) fit no worker the launch still has or can
+    still get: those that had them are gone (lost, or released as idle)."""
 
 
 class TimeLimitError(HPCFuturesError, RuntimeError):

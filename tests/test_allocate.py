@@ -281,7 +281,10 @@ def test_refused_queued_too_long_and_interrupted_jobs_leave_the_queue(tmp_path, 
 
 # ------------------------------------------------------ the real local Grid Engine
 @pytest.mark.timeout(240)
-def test_allocate_map_and_leave_on_grid_engine(cluster):  # noqa: F811 -- the fixture
+@pytest.mark.parametrize("mode", ["basic", "components"])
+def test_allocate_map_and_leave_on_grid_engine(cluster, mode):  # noqa: F811 -- the fixture
+    """``components`` (issue 28): allocate(workers=[...]) where the batch system has no
+    heterogeneous jobs submits each further component as a job whose task joins."""
     python, tree = cluster
     user = pwd.getpwnam(JOB_USER)
     out = Path(f"/tmp/hpcfutures-sge-allocate-{uuid.uuid4().hex[:8]}")
@@ -295,14 +298,15 @@ def test_allocate_map_and_leave_on_grid_engine(cluster):  # noqa: F811 -- the fi
     try:
         client = subprocess.run(
             ["runuser", "-u", JOB_USER, "--", python, "tests/jobs/allocate_job.py", str(out),
-             "basic"], cwd=tree, env=env, capture_output=True, text=True, timeout=180)
+             mode], cwd=tree, env=env, capture_output=True, text=True, timeout=180)
         said = client.stdout + client.stderr
         print(said, *(f"--- {p}\n{p.read_text()}" for p in out.glob("*.out")))
-        assert client.returncode == 0 and "PASS map" in said and "ALLOCATE DONE" in said
-        job = re.search(r"ALLOCATE JOB (\d+)", said)[1]
+        passed = "PASS map" if mode == "basic" else "PASS components workers=2 jobs=2"
+        assert client.returncode == 0 and passed in said and "ALLOCATE DONE" in said
         listing = subprocess.run(["qstat", "-u", JOB_USER], capture_output=True, text=True,
                                  timeout=30).stdout
-        assert job not in listing.split(), listing
+        for job in re.findall(r"ALLOCATE JOB (\d+)", said):
+            assert job not in listing.split(), listing
     finally:
         for job in re.findall(r"ALLOCATE JOB (\d+)", said):  # only if the test failed
             subprocess.run(["qdel", job], capture_output=True, timeout=30)

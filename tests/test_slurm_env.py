@@ -17,7 +17,7 @@ from hpcfutures._launch.roles import Role
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo, _slurm_array, detect_launcher
 from hpcfutures.launchers._slurm_array import ArrayFileExchange
-from hpcfutures.launchers._slurm_env import expand_counts, gpu_for_local_rank, memory_bytes
+from hpcfutures.launchers._slurm_env import expand_counts, memory_bytes
 from hpcfutures.launchers.slurm import SlurmLauncher
 
 MiB = 2**20
@@ -174,23 +174,16 @@ def test_task_lists_expand():
         expand_counts("2(y3)")
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"CUDA_VISIBLE_DEVICES": "0,1"}, ["0", "1", "0", "1"]),
-    ({"SLURM_STEP_GPUS": "2,3"}, ["2", "3", "2", "3"]),
-    ({"SLURM_JOB_GPUS": "5"}, ["5"] * 4),
-    # renumbered inside the task's device cgroup: CUDA's names are the ones to use
-    ({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "6,7"}, ["0", "1", "0", "1"]),
-    ({"SLURM_STEP_GPUS": "1,2", "SLURM_JOB_GPUS": "0,1,2,3"}, ["1", "2", "1", "2"]),
-    ({"CUDA_VISIBLE_DEVICES": ""}, [None] * 4),
-    ({}, [None] * 4),
-])
-def test_gpus_are_pinned_round_robin_by_local_rank(env, expected):
-    assert [gpu_for_local_rank(env, local) for local in range(4)] == expected
+def test_worker_gpus_are_its_share_of_the_step_gpus():
+    """Issue 28: the 2 workers of 4 ranks on the node split the step's 4 GPUs."""
+    from hpcfutures._launch.worker_side import gpus_of_worker
 
-
-def test_worker_identity_carries_its_gpu():
-    env = step_env(rank=3, SLURM_STEP_GPUS="0,1,2,3")
-    assert identity(env).gpus == "3"
+    env = step_env(rank=3, SLURM_STEP_GPUS="0,1,2,3", SLURM_GTIDS="0,1,2,3")
+    assert gpus_of_worker(settings(), negotiate(settings(), env).identity, env).ids == ("2", "3")
+    two_nodes = step_env(rank=5, size=8, nodes=2, CUDA_VISIBLE_DEVICES="0,1",
+                         SLURM_GTIDS="4,5,6,7")  # four workers on the second node
+    assert gpus_of_worker(settings(), negotiate(settings(), two_nodes).identity,
+                          two_nodes).ids == ("1",)
 
 
 # ---------------------------------------------------------------- job arrays

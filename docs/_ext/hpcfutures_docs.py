@@ -43,6 +43,13 @@ OTHER_VARIABLES = {
         "How many runs in a row of a resubmitted PBS job recorded no new result (what "
         "``max_requeues`` counts).",
     ),
+    "HPCFUTURES_GPUS": (
+        "unset: the GPUs the launcher names",
+        "The GPUs of a node, such as ``0,1,2,3``, shared out among its worker ranks "
+        "(``mpiexec``, ``hpcfutures run`` and the laptop set none themselves); it wins "
+        "over ``CUDA_VISIBLE_DEVICES`` and the like, and ``none`` declares none. See "
+        ":doc:`resources`.",
+    ),
     "HPCFUTURES_FAKE_VERSIONS": (
         "unset",
         "A test seam, for hpcfutures' own tests of the version check: "

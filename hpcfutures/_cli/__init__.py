@@ -258,6 +258,32 @@ def _describe_launch(settings, report: dict) -> None:
 
         report["local_workers"] = (settings.max_workers or identity.local_workers
                                    or available_cores())
+    report["resources"] = _resources_line(settings, identity, role, report)
+
+
+def _resources_line(settings, identity, role, report: dict) -> str:
+    """What a worker of this process declares for calls that state needs (issue 28)."""
+    import os
+
+    from .._launch.roles import Role
+    from .._support.gpus import share_of, visible_gpus
+
+    threads = settings.threads_per_worker or identity.threads or 1
+    ids, _, source = visible_gpus(os.environ)
+    seen = f"GPUs {','.join(ids)} from {source}" if ids else "no GPUs (set HPCFUTURES_GPUS)"
+    if role is Role.STANDALONE:
+        count = int(report.get("local_workers") or 1)
+        owned = sum(share_of(os.environ, i, count).count for i in range(count))
+        return f"{count} local workers of {threads} thread(s); {seen}, {owned} owned by them"
+    if role is not Role.WORKER:
+        return f"none (the {role.value} runs no calls); {seen}"
+    from .._launch.worker_side import gpus_of_worker
+
+    share = gpus_of_worker(settings, identity, os.environ)
+    named = ",".join(share.ids)
+    gpus = (f"GPU {named} of its own" if share.own and share.ids else
+            f"GPU {named} shared, not its own" if share.ids else "no GPU")
+    return f"cores={threads}, {gpus} (of {seen})"
 
 
 #: Every subcommand, in the order bare ``hpcfutures`` lists them.

@@ -45,6 +45,10 @@ def submit_arguments(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("-A", "--account", metavar="NAME")
     submit.add_argument("--mem", metavar="SIZE", help="memory per node, e.g. 16GB")
     submit.add_argument("--gpus", type=int, metavar="N", help="GPUs per node")
+    submit.add_argument("--component", action="append", default=[], metavar="SHAPE",
+                        help="a further component of a heterogeneous job (Slurm), e.g. "
+                             "nodes=2,tasks_per_node=4,gpus=4,memory=64GB (repeatable); "
+                             "-N/-n/--mem/--gpus shape the first")
     submit.add_argument("-J", "--job-name", metavar="NAME", help="default: the script's name")
     submit.add_argument("-o", "--output", metavar="PATH",
                         help="the job's output file (default: NAME-ID.out here)")
@@ -101,6 +105,12 @@ def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
                       time=parse_walltime(args.time), partition=args.partition,
                       account=args.account, memory=memory_megabytes(args.mem), gpus=args.gpus,
                       name=name, output=str(output), directives=tuple(args.directive))
+    if args.component:
+        from ..launchers._request import with_components
+
+        first = {"nodes": request.nodes, "tasks_per_node": request.tasks_per_node,
+                 "memory": args.mem, "gpus": args.gpus}
+        request = with_components(request, [first, *map(_shape, args.component)])
     system = get_batch_system(args.batch_system) if args.batch_system else detect_batch_system()
     status_file = Path(f"{output}.status")
     allocation = Allocation(system, request, expand_path(args.job_dir), command,
@@ -113,6 +123,26 @@ def _submit_command(args: argparse.Namespace, command: list[str]) -> int:
     if not args.wait:
         return 0
     return _follow(allocation, status_file)
+
+
+def _shape(text: str) -> dict:
+    """``nodes=2,tasks_per_node=4,gpus=4,memory=64GB`` as a component's dict."""
+    shape: dict = {}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.partition("=")
+        name = name.strip().replace("-", "_")
+        if not value:
+            raise ValueError(f"--component {text!r}: expected NAME=VALUE pairs such as "
+                             "nodes=2,tasks_per_node=4,gpus=4")
+        shape[name] = value.strip() if name == "memory" else _whole(text, value)
+    return shape
+
+
+def _whole(text: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"--component {text!r}: {value!r} is not a whole number") from None
 
 
 def _follow(allocation, status_file: Path) -> int:

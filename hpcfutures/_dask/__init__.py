@@ -50,6 +50,7 @@ from .cluster import (
     worker_changes,
     worker_facts,
     worker_names,
+    worker_resources,
 )
 from .coordinator import Coordinator
 from .deaths import death_certificate, death_certificates, lost_worker, report_death
@@ -59,7 +60,7 @@ from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_
 from .scheduler import SchedulerService
 from .tuning import patient_connects
 from .usage import UsageReport, WorkerUsage, start_usage, usage_report
-from .worker import WorkerService, run_worker, startup_error
+from .worker import WorkerService, declared_resources, run_worker, startup_error
 
 __all__ = [
     "EXIT_FAILED",
@@ -79,6 +80,7 @@ __all__ = [
     "dashboard_facts",
     "death_certificate",
     "death_certificates",
+    "declared_resources",
     "expect_express_results",
     "finish_client",
     "follow_cluster",
@@ -106,4 +108,5 @@ __all__ = [
     "worker_changes",
     "worker_facts",
     "worker_names",
+    "worker_resources",
 ]

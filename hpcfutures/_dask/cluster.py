@@ -40,6 +40,7 @@ __all__ = [
     "worker_changes",
     "worker_facts",
     "worker_names",
+    "worker_resources",
 ]
 
 T = TypeVar("T")
@@ -167,6 +168,13 @@ async def worker_facts(client: Client) -> dict[str, WorkerFacts]:
     """Every connected worker's name, threads and memory limit, by address."""
     return {address: WorkerFacts(str(info["name"]), int(info["nthreads"]),
                                  int(info["memory_limit"] or 0) or None)
+            for address, info in (await _workers_identity(client)).items()}
+
+
+async def worker_resources(client: Client) -> dict[str, dict[str, float]]:
+    """Every connected worker's resources (cores, GPUs, memory: see
+    ``_support/needs.py``), by address."""
+    return {address: dict(info.get("resources") or {})
             for address, info in (await _workers_identity(client)).items()}
 
 

@@ -38,6 +38,7 @@ from .deaths import AWAIT_DEATH_OP, Deaths
 from .express import relay_express_results
 from .mpigroups import MEMBER_ENDS, RankGroups
 from .spans import SpanPruner
+from .stranded import Stranded
 
 __all__ = ["ClusterSize", "Coordinator"]
 
@@ -163,6 +164,9 @@ class Coordinator(SchedulerPlugin):
         self.groups = RankGroups()
         #: Joins and departures, for the client's roster (cluster.py).
         self.worker_changes = WorkerChanges()
+        #: Calls with needs that no worker left can meet (stranded.py).
+        self.stranded = Stranded(lambda: self.deaths.capacity is not None
+                                 and self.joined >= self.deaths.capacity)
         if expected_workers is not None:
             self.groups.capacity = lambda: expected_workers
         if not keep_serving:
@@ -180,6 +184,7 @@ class Coordinator(SchedulerPlugin):
         self.deaths.install(scheduler)
         self.groups.install(scheduler)
         self.worker_changes.install(scheduler)
+        self.stranded.install(scheduler)
         relay_express_results(scheduler)
         self.spans = SpanPruner(scheduler)
         if self.keep_serving:
@@ -240,6 +245,7 @@ class Coordinator(SchedulerPlugin):
         self.size.left(scheduler, worker)
         self.worker_changes.left(worker)
         self.groups.worker_gone(worker)
+        self.stranded.look_soon()
 
     def update_graph(self, scheduler: Scheduler, **kwargs: Any) -> None:
         if self.spans is not None:
@@ -248,6 +254,8 @@ class Coordinator(SchedulerPlugin):
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group
             self.groups.member_ended(key)
+        elif finish == "no-worker":  # a call whose needs may fit no worker left
+            self.stranded.look_soon()
 
     async def _await_death(self, worker: str = "", timeout: float = 0.0,
                            workers: list[str] | None = None) -> dict[str, Any]:

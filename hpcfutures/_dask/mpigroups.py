@@ -87,9 +87,10 @@ class RankGroups:
         self._members: dict[str, str] = {}
         #: Call -> its members still running.
         self._running: dict[str, set[str]] = {}
-        #: Calls waiting for workers, first come first served: call -> (ranks, answer).
-        self._waiting: collections.OrderedDict[str, tuple[int, asyncio.Future[Any]]] = (
-            collections.OrderedDict())
+        #: Calls waiting for workers, first come first served: call -> (ranks, what each
+        #: rank needs as Dask resources, answer).
+        self._waiting: collections.OrderedDict[
+            str, tuple[int, dict[str, float], asyncio.Future[Any]]] = collections.OrderedDict()
         self._tags = itertools.count()
         #: Workers that must not be granted (being retired as idle): set by release.py.
         self.unavailable: Callable[[], set[str]] = set
@@ -128,7 +129,8 @@ class RankGroups:
 
     # ------------------------------------------------------------ handlers
     async def _reserve(self, call: str, ranks: int, wait: float,
-                       keys: list[str] | None = None) -> dict[str, Any]:
+                       keys: list[str] | None = None,
+                       needs: dict[str, float] | None = None) -> dict[str, Any]:
         if keys and call not in self._running:
             self._running[call] = set(keys)
             self._members.update(dict.fromkeys(keys, call))
@@ -139,9 +141,10 @@ class RankGroups:
             self._waiting.pop(call, None)
             return {"error": impossible}
         if call not in self._waiting:
-            self._waiting[call] = (ranks, asyncio.get_running_loop().create_future())
+            self._waiting[call] = (ranks, dict(needs or {}),
+                                   asyncio.get_running_loop().create_future())
         self.changed()
-        answer = self._waiting[call][1] if call in self._waiting else None
+        answer = self._waiting[call][2] if call in self._waiting else None
         if answer is None:
             return self._grants[call]
         with contextlib.suppress(asyncio.TimeoutError):
@@ -221,6 +224,16 @@ class RankGroups:
                 free.append((len(ws.processing), rank, address))
         return [address for *_, address in sorted(free)]
 
+    def _having(self, free: list[str], needs: dict[str, float]) -> list[str]:
+        """The workers of ``free`` that have what each rank ``needs`` (all without needs)."""
+        if not needs:
+            return free
+        assert self.scheduler is not None
+        workers = self.scheduler.workers
+        return [address for address in free if address in workers and all(
+            workers[address].resources.get(name, 0) >= amount
+            for name, amount in needs.items())]
+
     def _keep_ordinary_tasks_off(self, address: str) -> None:
         """Until its member task arrives, Dask would see a reserved worker as idle and
         give it the next ordinary task, which the member would then wait behind.
@@ -250,15 +263,17 @@ class RankGroups:
             return
         free: list[str] | None = None
         while self._waiting:
-            call, (ranks, answer) = next(iter(self._waiting.items()))
+            call, (ranks, needs, answer) = next(iter(self._waiting.items()))
             if free is None:
                 if len(self._ranks) - len(self.held) < ranks:
                     return
                 free = self._free()
-            if len(free) < ranks:
+            fitting = self._having(free, needs)
+            if len(fitting) < ranks:
                 return
             del self._waiting[call]
-            workers, free = free[:ranks], free[ranks:]
+            workers = fitting[:ranks]
+            free = [address for address in free if address not in workers]
             for address in workers:
                 self.held[address] = call
                 self._keep_ordinary_tasks_off(address)
@@ -272,12 +287,14 @@ class RankGroups:
 
 # ------------------------------------------------------------------ client
 async def reserve_ranks(client: Client, call: str, ranks: int, wait: float,
-                        keys: list[str] | None = None) -> dict[str, Any]:
-    """Ask the scheduler for ``ranks`` workers for ``call``, whose member tasks will have
-    ``keys`` (their end frees the workers); see :class:`RankGroups`."""
+                        keys: list[str] | None = None,
+                        needs: dict[str, float] | None = None) -> dict[str, Any]:
+    """Ask the scheduler for ``ranks`` workers for ``call``, each with the resources
+    ``needs``, whose member tasks will have ``keys`` (their end frees the workers);
+    see :class:`RankGroups`."""
     answer: dict[str, Any] = await asyncio.wait_for(
         getattr(scheduler_rpc(client), RESERVE_OP)(call=call, ranks=ranks, wait=wait,
-                                                   keys=keys),
+                                                   keys=keys, needs=needs),
         wait + 10)
     return answer
 

@@ -18,6 +18,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.scheduler import TaskState
 
 from .._reports.summary import CALLS_ANNOTATION
+from .._support.needs import GPUS
 
 __all__ = ["UsageLedger", "UsageReport", "WorkerUsage", "report_and_remove", "start_usage",
            "usage_report"]
@@ -29,11 +30,15 @@ class WorkerUsage(TypedDict):
     name: str
     host: str
     threads: int
+    #: The GPUs it owns (a worker resource: see ``_support/needs.py``).
+    gpus: int
     #: Wall-clock (``time.time()``) seconds: when it joined and, if it did, left.
     joined: float
     left: float | None
     #: User calls it ran, and the seconds they computed.
     calls: int
+    #: Of those, the calls that stated needs (hpcfutures.task, mpi_task with needs).
+    needing: int
     busy: float
     #: Seconds from ``joined`` until it left or the report was made.
     present: float
@@ -72,7 +77,9 @@ class UsageLedger(SchedulerPlugin):
             return
         self.workers[worker] = WorkerUsage(
             name=str(state.name), host=state.host, threads=state.nthreads,
-            joined=time.time(), left=None, calls=0, busy=0.0, present=0.0, lost=False)
+            gpus=int((getattr(state, "resources", None) or {}).get(GPUS, 0)),
+            joined=time.time(), left=None, calls=0, needing=0, busy=0.0, present=0.0,
+            lost=False)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         entry = self.workers.get(worker)
@@ -90,6 +97,8 @@ class UsageLedger(SchedulerPlugin):
         task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
         calls = _calls_of(task)
         entry["calls"] += calls
+        if getattr(task, "resource_restrictions", None):
+            entry["needing"] += calls
         entry["busy"] += sum(part["stop"] - part["start"]
                              for part in kwargs.get("startstops") or ()
                              if part["action"] == "compute")

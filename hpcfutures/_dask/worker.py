@@ -18,6 +18,7 @@ from .._errors import ConfigurationError
 from .._remote import deathwatch, express, memory
 from .._remote.calls import location
 from .._support.logs import quiet_for_shutdown
+from .._support.needs import CORES, GPUS, MEMORY
 from . import tuning
 from ._common import (
     CLOSE_TIMEOUT,
@@ -29,7 +30,7 @@ from ._common import (
 )
 from .express import send_express
 
-__all__ = ["WorkerService", "run_worker", "startup_error"]
+__all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
 
 logger = logging.getLogger("hpcfutures")
 
@@ -96,7 +97,8 @@ class WorkerService:
                  memory_limit: str | int | None, host: str | None,
                  interface: str | None, timeout: float, security: Security | None = None,
                  resources: dict[str, float] | None = None, watch: bool = False,
-                 report_timeout: float = REPORT_TIMEOUT) -> None:
+                 report_timeout: float = REPORT_TIMEOUT, gpus: int = 0,
+                 workers_on_host: int = 1) -> None:
         self.name, self.address = name, address
         #: Whether a watcher reports this process's death (only a process that
         #: is a worker and nothing else: it takes over faulthandler and os._exit).
@@ -120,7 +122,8 @@ class WorkerService:
                 death_timeout=timeout,
                 security=security,
                 protocol="tls" if security is not None else None,
-                resources=resources,
+                resources={**declared_resources(nthreads, memory_limit, gpus, workers_on_host),
+                           **(resources or {})},
                 validate=False,
                 # The scheduler lists it with the worker (its identity), for the client's
                 # word on a worker that left: a host name, where Dask has only an address.
@@ -276,6 +279,19 @@ def startup_error(err: BaseException) -> str:
         seen.add(id(inner))
         err = inner
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+def declared_resources(nthreads: int, memory_limit: str | int | None, gpus: int,
+                       workers_on_host: int = 1) -> dict[str, float]:
+    """What a worker tells the scheduler it has, for calls that state needs
+    (``_support/needs.py``): its threads, its own GPUs, its memory limit (without
+    one, its share of the host's memory)."""
+    from distributed.system import MEMORY_LIMIT
+    from distributed.worker_memory import parse_memory_limit
+
+    limit = parse_memory_limit(memory_limit or None, nthreads, logger=logger)
+    memory = limit or MEMORY_LIMIT // max(workers_on_host, 1)
+    return {CORES: float(nthreads), GPUS: float(gpus), MEMORY: float(memory)}
 
 
 async def run_worker(address: str, *, who: str, stop: asyncio.Event | None = None,

@@ -270,19 +270,14 @@ class TaskBridge:
 
     def _connection_lost(self) -> None:
         if not self._closing:
-            self.break_executor(
-                f"the connection to the scheduler at {self._address} was lost: "
-                f"{self.scheduler_pointer}", self.scheduler_lost_cause
-            )
+            self.break_executor(f"the connection to the scheduler at {self._address} was "
+                                f"lost: {self.scheduler_pointer}", self.scheduler_lost_cause)
 
     # --------------------------------------------------------------- cluster
     def worker_threads(self) -> int:
-        """Worker threads in the cluster, as last seen by the loop thread.
-
-        Any thread may ask; none but the loop thread touches the Dask client
-        (from another thread its methods turn into blocking calls into the
-        loop, which deadlocks when the loop waits on the caller).
-        """
+        """Worker threads in the cluster, as last seen by the loop thread.  Any thread
+        may ask; only the loop thread touches the Dask client (from another thread its
+        methods block on the loop, a deadlock when the loop waits on the caller)."""
         return self._total_threads
 
     def worker_memory(self, timeout: float) -> dict[str, WorkerMemory]:
@@ -297,6 +292,10 @@ class TaskBridge:
     def workers_now(self, timeout: float) -> int:
         """Workers connected right now, asked of the scheduler (not from the loop thread)."""
         return self._loop.run_sync(self._live_workers(), timeout)
+
+    def ask(self, question: Callable[[Any], Any], timeout: float) -> Any:
+        """``await question(client)`` on the loop, answered within ``timeout`` s (not from it)."""
+        return self._loop.run_sync(question(self._client), timeout)
 
     def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
         """The scheduler's word on the workers and threads present, and on those that

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from .._errors import TimeLimitError
+from .._launch.scheduler_side import expected_workers
 from .._launch.session import Session
 from .._remote.initializer import pack_initializer
 from .._support.config import resolve_settings
@@ -24,6 +25,7 @@ from .bridge import TaskBridge, TaskFuture
 from .core.arguments import refuse_foreign_futures
 from .core.capacity import WorkerMemory
 from .core.closing import Closer, exit_status_for, interpreter_exiting
+from .core.tasks import check_fits, needs_of
 from .maps import MapMethods
 from .mpi.mpitask import MPITask, check_launch
 from .resuming.draining import Drain
@@ -179,6 +181,8 @@ class Executor(MapMethods, cf.Executor):
         #: The result journal (journal=PATH), opened on first use: client only.
         self._journal: Journal | None = None
         self._journal_pending = self._bridge is not None and settings.journal is not None
+        #: Needs (and rank counts) some worker was seen to meet: not asked again.
+        self._needs_met: set[tuple[Any, int]] = set()
 
     def _new_session(self, settings: Any) -> Session:
         """How this executor finds its cluster: by negotiating a role in the launch.
@@ -269,11 +273,40 @@ class Executor(MapMethods, cf.Executor):
             refuse_foreign_futures(args, kwargs)
             if isinstance(fn, MPITask):  # one call over several ranks (mpicalls.py)
                 check_launch(self._session, fn.ranks)
+                self._check_needs(fn)
                 return bridge.submit_mpi(fn, [(args, kwargs)])[0]
+            self._check_needs(fn)
             journal = self._journal_now()
             if journal is not None:
                 return journal.submit(bridge, fn, args, kwargs)
             return bridge.submit(fn, args, kwargs)
+
+    def _check_needs(self, fn: Any) -> None:
+        """``ValueError`` for a call that asks for more than any worker has (tasks.py)."""
+        needs, count = (fn.needs or None, fn.ranks) if isinstance(fn, MPITask) else (
+            needs_of(fn), 1)
+        if needs is None or (needs, count) in self._needs_met:
+            return
+        bridge, settings = self._usable_bridge(), self._session.settings
+        expected = self._expected_workers()
+
+        def ask() -> tuple[list[dict[str, float]], int | None]:
+            found = bridge.ask(_dask_worker_resources, settings.timeout)
+            return list(found.values()), expected
+
+        check_fits(needs, ask, settings.timeout, count)
+        self._needs_met.add((needs, count))
+
+    def _expected_workers(self) -> int | None:
+        """How many workers the launch has when all have joined; None: not known."""
+        settings, plan = self._session.settings, self._session.plan
+        expected = None if plan is None else expected_workers(settings, plan, False)
+        if plan is not None and expected is None:  # the laptop's local workers
+            from ..launchers.local import available_cores
+
+            expected = (settings.max_workers or plan.identity.local_workers
+                        or available_cores())
+        return expected
 
     def worker_memory_limits(self) -> dict[str, WorkerMemory]:
         """The memory each connected worker may use, by worker address.
@@ -301,6 +334,12 @@ class Executor(MapMethods, cf.Executor):
         is then RUNNING); those finish.
         """
         self._closer.close(0, wait=wait, cancel_futures=cancel_futures)
+
+
+def _dask_worker_resources(client: Any) -> Any:
+    from .. import _dask
+
+    return _dask.worker_resources(client)
 
 
 class LocalExecutor(Executor):

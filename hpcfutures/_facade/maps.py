@@ -41,6 +41,9 @@ class MapMethods:
     def _journal_now(self) -> Journal | None:
         raise NotImplementedError
 
+    def _check_needs(self, fn: Any) -> None:
+        raise NotImplementedError
+
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
             timeout: float | None = None, chunksize: int = 1,
             buffersize: int | None = None,
@@ -68,6 +71,8 @@ class MapMethods:
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        if not isinstance(fn, MPITask):  # a task's needs: checked once for all its calls
+            self._check_needs(fn)
         if buffersize is not None:
             if not isinstance(buffersize, int) or isinstance(buffersize, bool):
                 raise TypeError("buffersize must be an integer or None")
@@ -146,6 +151,7 @@ class MapMethods:
             for arguments in items:
                 refuse_foreign_futures(arguments, {})
             workers = check_launch(self._session, task.ranks)
+            self._check_needs(task)
             futures = bridge.submit_mpi(task, [(arguments, {}) for arguments in items],
                                         least=chunksize,
                                         lanes=lanes(len(items), task.ranks, workers))

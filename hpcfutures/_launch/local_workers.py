@@ -66,7 +66,8 @@ class LocalWorkers:
         """Send each process its worker configuration (address, name, sys.path)."""
         for index, process in enumerate(self.processes):
             assert process.stdin is not None
-            message = {**config, "name": f"local-{index}", "sys_path": sys.path}
+            message = {**config, "name": f"local-{index}", "sys_path": sys.path,
+                       **_gpu_options(index, self.count)}
             try:  # one line; the pipe stays open (the child's sign that we live)
                 process.stdin.write(json.dumps(message).encode() + b"\n")
                 process.stdin.flush()
@@ -112,3 +113,14 @@ class LocalWorkers:
                 process.kill()
                 process.wait()
         self._close_pipes(self.processes)  # only now: they have left
+
+
+def _gpu_options(index: int, count: int) -> dict[str, Any]:
+    """Local worker ``index``'s share of the GPUs this process sees (``_support/gpus.py``)."""
+    import os
+
+    from .._support.gpus import share_of
+
+    share = share_of(os.environ, index, count)
+    return {"gpus": share.count, "workers_on_host": count, "gpu_ids": list(share.ids),
+            "gpu_variables": list(share.variables), "gpu_own": share.own}

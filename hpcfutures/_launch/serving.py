@@ -118,8 +118,8 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
         plan.launcher.before_worker(plan.identity)
         timeout = plan.launcher.lookup_timeout(plan.identity)
         try:
-            status = run_until_complete(
-                play_worker(_dask, settings, plan, host, interface, timeout))
+            status = run_until_complete(  # every rank after the scheduler is a worker
+                play_worker(_dask, settings, plan, host, interface, timeout, first_worker=1))
         except LaunchFinished:
             status = 0
         status = 0 if status in _SIGNALLED else status

@@ -34,6 +34,10 @@ def main() -> None:
 
     mark_worker_process(f"local worker {config['name']} (pid {os.getpid()}) of the laptop "
                         f"default on {socket.gethostname()}")
+    from .._remote.gpus import install
+
+    install(config.pop("gpu_ids", ()), config.pop("gpu_variables", ()),
+            own=config.pop("gpu_own", True))
     security = _dask.make_security(config.pop("credentials", None))
     who = f"local worker {config['name']} (pid {os.getpid()}) on {socket.gethostname()}"
     status = run_until_complete(

@@ -6,15 +6,18 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 
 from .._errors import LauncherError
+from .._remote.gpus import install as install_gpus
 from .._support import environment
 from .._support.config import Settings
+from .._support.gpus import GpuShare, local_size, node_ranks, share_of, worker_slot
 from .._support.loop import stop_on_signals
 from .._support.patience import Patience, jittered
 from ..launchers import AddressExchange, SchedulerInfo
+from ..launchers._identity import Identity, client_rank
 from .lookup import DEAD_AFTER_REFUSALS, find_scheduler
 from .plan import Plan, mark_worker_process
 
@@ -24,29 +27,53 @@ logger = logging.getLogger("hpcfutures")
 
 
 async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, interface,
-                        timeout: float) -> int:
+                        timeout: float, first_worker: int | None = None) -> int:
     """A worker rank, one to a process: what :func:`join_and_serve` does, plus what
-    belongs to the process (its GPUs, its signals, the mark that it is a worker)."""
+    belongs to the process (its GPUs, its signals, the mark that it is a worker).
+    ``first_worker``: the launch's first worker rank (default: after the scheduler and
+    the client; a serving launch's is 1)."""
     from .._remote.calls import set_location
 
     identity = plan.identity
     patience = Patience.for_launch(identity.size, timeout)
     info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
                                 patience=patience, spread=True)
-    if identity.gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = identity.gpus
+    share = gpus_of_worker(settings, identity, os.environ, first_worker)
+    install_gpus(share.ids, share.variables, own=share.own)
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")
     mark_worker_process(f"rank {identity.rank} (worker) of launch {identity.launch_id} on "
                         f"{socket.gethostname()}")
     stop = asyncio.Event()
     stop_on_signals(lambda signum: stop.set())
+    on_host = worker_slot_of(settings, identity, os.environ, first_worker)[1] or 1
     return await join_and_serve(_dask, settings, plan, info, host, interface, timeout, stop,
-                                watch=True)
+                                watch=True, gpus=share.count, workers_on_host=on_host)
+
+
+def gpus_of_worker(settings: Settings, identity: Identity, environ: Mapping[str, str],
+                   first_worker: int | None = None) -> GpuShare:
+    """This worker rank's GPUs: its share of those its node's environment names."""
+    index, count = worker_slot_of(settings, identity, environ, first_worker)
+    return share_of(environ, index, count)
+
+
+def worker_slot_of(settings: Settings, identity: Identity, environ: Mapping[str, str],
+                   first_worker: int | None = None) -> tuple[int | None, int | None]:
+    """This worker's place among its node's worker ranks (see ``_support/gpus.py``)."""
+    if identity.size == 1:  # a process of a job that joins another launch: by node rank
+        from ..launchers.mpi import local_rank
+
+        return local_rank(environ), local_size(environ)
+    if first_worker is None:
+        first_worker = client_rank(settings.scheduler_in_client) + 1
+    return worker_slot(identity.rank, identity.size, first_worker, identity.local_rank,
+                       local_size(environ), node_ranks(environ, identity.launcher),
+                       identity.single_host)
 
 
 async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info: SchedulerInfo,
                          host, interface, timeout: float, stop: asyncio.Event, *,
-                         watch: bool) -> int:
+                         watch: bool, gpus: int = 0, workers_on_host: int = 1) -> int:
     """Join the scheduler found at ``info`` while the launch lasts, serve until its
     end; the rank's exit status.
 
@@ -84,6 +111,8 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
             security=security,
             watch=watch,
             report_timeout=patience.report_timeout,
+            gpus=gpus,
+            workers_on_host=workers_on_host,
         )
         joined = await _join_while_launch_lasts(service, plan.peers_exchange, info, stop,
                                                 answers, patience.knock_every)

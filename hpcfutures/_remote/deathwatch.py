@@ -143,7 +143,10 @@ def running(fn: Any) -> Callable[[int], None]:
 
 
 def function_name(fn: Any) -> str:
-    """``module.qualname`` of a call's function, as errors name it."""
+    """``module.qualname`` of a call's function, as errors name it (a callable object
+    that wraps one, such as ``hpcfutures.task``'s, by the function it wraps)."""
+    if getattr(fn, "__qualname__", None) is None and callable(getattr(fn, "__wrapped__", None)):
+        fn = fn.__wrapped__
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     module = getattr(fn, "__module__", None)
     return f"{module}.{name}" if module and module != "builtins" else str(name)

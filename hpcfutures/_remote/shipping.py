@@ -63,10 +63,14 @@ class ShippedFunction:
         raises for an unpicklable one."""
         with pickled_by_value(by_value):
             payload = cloudpickle.dumps(fn)
-        qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        named: Any = fn  # a wrapper object (hpcfutures.task): named by the function it wraps
+        wrapped = getattr(fn, "__wrapped__", None)
+        if getattr(fn, "__qualname__", None) is None and callable(wrapped):
+            named = wrapped
+        qualname = getattr(named, "__qualname__", None) or type(named).__qualname__
         return cls(payload, hashlib.blake2b(payload, digest_size=16).hexdigest(),
-                   getattr(fn, "__name__", None) or qualname.rpartition(".")[2], qualname,
-                   getattr(fn, "__module__", None))
+                   getattr(named, "__name__", None) or qualname.rpartition(".")[2], qualname,
+                   getattr(named, "__module__", None))
 
     def __reduce__(self) -> tuple[Any, tuple]:
         return ShippedFunction, (self.payload, self.digest, self.__name__, self.__qualname__,

@@ -73,6 +73,10 @@ def _worker_rows(workers: Sequence[Mapping[str, Any]]) -> list[str]:
         on_loopback = not host or host.startswith("127.") or host in ("::1", "localhost")
         where = entry["name"] if on_loopback else f"{entry['name']} on {host}"
         gone = " (lost)" if entry.get("lost") else ""
+        gpus, needing = int(entry.get("gpus") or 0), int(entry.get("needing") or 0)
+        said = [f"{gpus} GPU{'s' if gpus > 1 else ''}"] if gpus else []
+        said += [f"{needing} with needs"] if needing else []
+        where += f" ({', '.join(said)})" if said else ""
         rows.append(_row(where + gone, entry["threads"], entry["calls"],
                          f"{entry['busy']:.1f}", _share(entry["busy"],
                                                         entry["present"] * entry["threads"])))

@@ -62,6 +62,8 @@ class BatchSystem:
     probe: ClassVar[str]
     #: What starts each directive line: "#SBATCH".
     prefix: ClassVar[str]
+    #: Whether one job may have components of different shapes (Slurm's hetjob).
+    heterogeneous: ClassVar[bool] = False
 
     def __init__(self, bin_dir: str | None = None,
                  locate: Callable[[BatchSystem], str | None] | None = None) -> None:
@@ -93,6 +95,11 @@ class BatchSystem:
     def script(self, request: Request, command: Sequence[str] | str,
                status_file: str | None = None, environment: Mapping[str, str] = {}) -> str:
         """The whole batch script: directives, environment, the command under the launcher."""
+        if request.components and not self.heterogeneous:
+            raise AllocationError(
+                f"{self.title} has no heterogeneous jobs: allocate(workers=[...]) with several "
+                "components works on Slurm only; ask for one shape (nodes=, tasks_per_node=, "
+                "gpus=) here")
         lines = ["#!/bin/bash", *self.directives(request), *request.directives,
                  *self.preamble(request)]
         lines += [f"export {name}={shlex.quote(value)}" for name, value in environment.items()]
@@ -167,11 +174,23 @@ def _run(command: list[str], what: str, stdin: str | None = None) -> subprocess.
 
 class Slurm(BatchSystem):
     name, title, probe, prefix = "slurm", "Slurm", "sbatch", "#SBATCH"
+    heterogeneous = True
 
     def directives(self, request: Request) -> list[str]:
+        lines = [self.directive(f"--job-name={request.name}"), *self._shape(request)]
+        if request.array:  # the elements share the output file
+            lines += [self.directive(f"--array=0-{request.array - 1}"),
+                      self.directive("--open-mode=append")]
+        if request.output:  # before any hetjob line: the first component runs the script
+            lines.append(self.directive(f"--output={request.output}"))
+        for component in request.components:  # a heterogeneous job
+            lines += [self.directive("hetjob"), *self._shape(component)]
+        return lines
+
+    def _shape(self, request: Request) -> list[str]:
+        """The lines of one component: its nodes, tasks, time, place, memory, GPUs."""
         d = self.directive
-        lines = [d(f"--job-name={request.name}"), d(f"--nodes={request.nodes}"),
-                 d(f"--ntasks-per-node={request.tasks_per_node}")]
+        lines = [d(f"--nodes={request.nodes}"), d(f"--ntasks-per-node={request.tasks_per_node}")]
         if request.time:
             days, rest = divmod(request.time, 86400)
             lines.append(d(f"--time={f'{days}-' if days else ''}{format_hms(rest)}"))
@@ -183,14 +202,11 @@ class Slurm(BatchSystem):
             lines.append(d(f"--mem={request.memory}M"))
         if request.gpus:
             lines.append(d(f"--gpus-per-node={request.gpus}"))
-        if request.array:  # the elements share the output file
-            lines += [d(f"--array=0-{request.array - 1}"), d("--open-mode=append")]
-        if request.output:
-            lines.append(d(f"--output={request.output}"))
         return lines
 
     def launcher(self, request: Request) -> str:
-        return "srun"
+        """``srun``; over every component of a heterogeneous job, as one step."""
+        return f"srun --het-group=0-{len(request.components)}" if request.components else "srun"
 
     def submit_command(self, path: str) -> list[str]:
         return ["sbatch", "--parsable", path]

@@ -40,7 +40,6 @@ class Identity:
     local_rank: int | None = None
     threads: int | None = None
     memory_limit: str | int | None = None
-    gpus: str | None = None
     #: Worker processes a standalone process starts (e.g. the CPUs a Slurm
     #: batch script was given); None: one per available core.
     local_workers: int | None = None

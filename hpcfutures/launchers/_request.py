@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = ["Request", "format_hms", "memory_megabytes", "parse_walltime"]
+__all__ = ["Request", "format_hms", "memory_megabytes", "parse_walltime", "with_components"]
 
 
 def parse_walltime(value: float | int | str | None) -> int | None:
@@ -71,6 +71,9 @@ class Request:
     array: int | None = None             # a job array of this many elements
     parallel_environment: str | None = None  # Grid Engine only
     workdir: str | None = None
+    #: The further components of a heterogeneous job (Slurm's ``hetjob``), each with
+    #: its own nodes, tasks_per_node, memory and gpus; this request is the first.
+    components: tuple[Request, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("nodes", "tasks_per_node", "gpus", "array"):
@@ -81,4 +84,32 @@ class Request:
 
     @property
     def tasks(self) -> int:
-        return self.nodes * self.tasks_per_node
+        return self.nodes * self.tasks_per_node + sum(c.tasks for c in self.components)
+
+
+#: What each component of ``allocate(workers=[...])`` may say.
+COMPONENT_KEYS = ("nodes", "tasks_per_node", "memory", "gpus")
+
+
+def with_components(request: Request, workers: list[dict]) -> Request:
+    """``request`` shaped as a heterogeneous job: one component per dict of ``workers``
+    (``{"nodes": 2, "tasks_per_node": 4, "gpus": 4, "memory": "64GB"}``)."""
+    if not workers:
+        raise ValueError("workers: expected a list of components such as "
+                         "[{'nodes': 4, 'tasks_per_node': 32}, {'nodes': 2, 'gpus': 4}], got []")
+    shaped = []
+    for position, component in enumerate(workers):
+        if not isinstance(component, dict):
+            raise TypeError(f"workers[{position}]: expected a dict, got "
+                            f"{type(component).__name__}")
+        unknown = sorted(set(component) - set(COMPONENT_KEYS))
+        if unknown:
+            raise ValueError(f"workers[{position}]: unknown key(s) {', '.join(unknown)}; a "
+                             f"component may say {', '.join(COMPONENT_KEYS)}")
+        memory = memory_megabytes(component.get("memory"))
+        shaped.append(dataclasses.replace(
+            request, nodes=component.get("nodes", 1),
+            tasks_per_node=component.get("tasks_per_node", 1), memory=memory,
+            gpus=component.get("gpus"), directives=(), components=()))
+    first = dataclasses.replace(shaped[0], directives=request.directives)
+    return dataclasses.replace(first, components=tuple(shaped[1:]))

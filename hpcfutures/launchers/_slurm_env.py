@@ -29,7 +29,6 @@ __all__ = [
     "Mode",
     "cpus_per_task",
     "foreign_mpi_launch",
-    "gpu_for_local_rank",
     "in_srun_step",
     "launch_mode",
     "memory_per_task",
@@ -148,21 +147,4 @@ def memory_per_task(environ: Mapping[str, str], cpus: int, tasks_on_node: int) -
     if per_node:
         value = memory_bytes("SLURM_MEM_PER_NODE", per_node)
         return None if value is None else value // max(tasks_on_node, 1)
-    return None
-
-
-def gpu_for_local_rank(environ: Mapping[str, str], local_rank: int) -> str | None:
-    """The GPU a task should see, round-robin over the node's GPUs by local rank.
-
-    ``CUDA_VISIBLE_DEVICES`` comes first because Slurm sets it to the names
-    this process must use: with ``ConstrainDevices`` they are renumbered from
-    0 inside the cgroup, while ``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS`` keep the
-    node's global indices.  Those two are the fallback when it is unset.
-    """
-    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
-        if name in environ:
-            devices = [d.strip() for d in environ[name].split(",") if d.strip()]
-            if not devices or devices == ["NoDevFiles"]:
-                return None
-            return devices[local_rank % len(devices)]
     return None

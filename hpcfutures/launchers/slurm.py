@@ -37,7 +37,6 @@ from ._slurm_env import (
     Mode,
     cpus_per_task,
     foreign_mpi_launch,
-    gpu_for_local_rank,
     in_srun_step,
     launch_mode,
     memory_per_task,
@@ -159,20 +158,20 @@ class SlurmLauncher(Launcher):
     def _identity(self, rank: int, size: int, **known: Any) -> Identity:
         """An Identity with the allocation's hints for a rank, or for a standalone process."""
         local_rank = int_var(self.environ, "SLURM_LOCALID", SYSTEM) or 0
-        hints = self._rank_hints(local_rank) if size > 1 else self._standalone_hints()
+        hints = self._rank_hints() if size > 1 else self._standalone_hints()
         return Identity(launcher=self.name, rank=rank, size=size, local_rank=local_rank,
                         **known, **hints)
 
     # -------------------------------------------------------------- resources
-    def _rank_hints(self, local_rank: int) -> dict[str, Any]:
-        """Threads, memory and GPU for a worker rank; explicit options win later."""
+    def _rank_hints(self) -> dict[str, Any]:
+        """Threads and memory for a worker rank (its GPUs: ``_support/gpus.py``); explicit
+        options win later."""
         env = self.environ
         cpus = cpus_per_task(env)
         threads = self.settings.threads_per_worker or cpus or 1
         return {
             "threads": cpus,
             "memory_limit": memory_per_task(env, threads, tasks_on_this_node(env)),
-            "gpus": gpu_for_local_rank(env, local_rank),
         }
 
     def _standalone_hints(self) -> dict[str, Any]:

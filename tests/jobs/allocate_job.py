@@ -7,7 +7,9 @@ them join; scale back to 0 and see them leave; adapt (up to 1 job) while calls
 wait and see it join; then cancel the job behind the
 executor's back and see a waiting call fail with AllocationLostError (a NotServingError and a
 BrokenHPCExecutor) naming the job;
-leave.  ``basic`` (Grid Engine): allocate (2 slots), map, leave.
+leave.  ``basic`` (Grid Engine): allocate (2 slots), map, leave.  ``components`` (Grid
+Engine, which has no heterogeneous jobs): allocate(workers=[2 slots, 1 slot]) submits the
+second component as a job of its own, whose task joins as a worker; map over both.
 Prints "PASS <check>" lines, "ALLOCATE JOB <id>" and "ALLOCATE DONE".
 """
 
@@ -64,7 +66,23 @@ def dying(ex):
         say("PASS died_with_not_serving")
 
 
+def components(job_dir):
+    shapes = [{"nodes": 1, "tasks_per_node": 2}, {"nodes": 1, "tasks_per_node": 1}]
+    with hpcfutures.allocate(workers=shapes, time="00:10:00", job_dir=job_dir, timeout=60,
+                             job_name="hpcf-alloc-parts", batch_system="sge") as ex:
+        say(f"ALLOCATE JOB {ex.allocation.job}")
+        for job in ex.component_jobs:
+            say(f"ALLOCATE JOB {job.job}")
+        wait_until(ex.workers, 120, "the second component's worker joining",
+                   done=lambda n: n >= 2)
+        assert sorted(ex.map(abs, range(-20, 0))) == list(range(1, 21))
+        say(f"PASS components workers={ex.workers()} jobs={len(ex.component_jobs) + 1}")
+    say("ALLOCATE DONE")
+
+
 def main(job_dir, mode):
+    if mode == "components":
+        return components(job_dir)
     # One task on Slurm (it serves alone, with a worker on its one CPU): the test's
     # jobs then fit in the local Slurm's 8 CPUs together. Two slots on Grid Engine.
     shape = {"nodes": 1, "tasks_per_node": 1 if mode == "full" else 2}

@@ -29,6 +29,7 @@ from ..._remote.shipping import ShippedFunction
 from ..._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
 from .futures import TaskFuture, settle
+from .tasks import needs_of
 
 __all__ = ["Sender"]
 
@@ -96,24 +97,25 @@ class Sender:
                 args, kwargs = resolved
             elif runner is run_chunk_task and not isinstance(args[0], Rows):
                 args = (Rows(args[0]),)  # no future inside: Dask need not look
-            # One graph per runner; per call count too when counts are annotated.
+            # One graph per runner and needs; per call count too when counts are annotated.
             calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
             name = getattr(fn, "__name__", "task")
-            groups.setdefault((runner, calls), []).append(
+            groups.setdefault((runner, calls, needs_of(fn)), []).append(
                 (future, fn, args, kwargs, self._key(name)))
         self._send_groups(groups)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
-        for (runner, calls), group in groups.items():
-            self._send(runner, group, calls)
+        for (runner, calls, needs), group in groups.items():
+            self._send(runner, group, calls, None if needs is None else needs.resources())
 
-    def _send(self, runner: Callable[..., Any], group: list, calls: int) -> None:
+    def _send(self, runner: Callable[..., Any], group: list, calls: int,
+              resources: dict[str, float] | None = None) -> None:
         shipped = _shipped_functions((fn for _, fn, *_ in group), to_ship(self._client))
         columns = zip(*[(shipped.get(id(fn), fn), args, kwargs)
                         for _, fn, args, kwargs, _ in group], strict=True)
         try:
             with self._counted(calls):
-                dask_futures = self._client.map(runner, *columns,
+                dask_futures = self._client.map(runner, *columns, **_restricted(resources),
                                                 key=[key for *_, key in group], pure=False)
         except Exception:
             dask_futures = [self._send_one(runner, item, calls) for item in group]
@@ -130,7 +132,8 @@ class Sender:
             # would hand back those never-to-finish futures.
             with self._counted(calls):
                 return self._client.submit(runner, shipped, args, kwargs,
-                                           key=f"{key}-alone", pure=False)
+                                           key=f"{key}-alone", **_restricted(_resources_of(fn)),
+                                           pure=False)
         except Exception as err:
             settle(future, exception=_submission_error(
                 fn, err, _unpicklable_part(runner, fn, args, kwargs)))
@@ -141,18 +144,21 @@ class Sender:
                         calls: int = 1) -> TaskFuture | None:
         """Send one task of the library's own (a bundle); None if it cannot be pickled."""
         key = self._key(name)
+        resources = _bundle_resources(args)  # read before the functions are shipped
         if runner is run_bundle:  # its calls' functions travel as a batch's do
             shipped = _shipped_functions((fn for fn, *_ in args[0]), to_ship(self._client))
             args = ([(shipped.get(id(fn), fn), *rest) for fn, *rest in args[0]], *args[1:])
         try:
             with self._counted(calls):
-                dask_future = self._client.submit(runner, *args, key=key, pure=False)
+                dask_future = self._client.submit(runner, *args, key=key, pure=False,
+                                                  **_restricted(resources))
         except Exception:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
         internal = TaskFuture()
         internal._dask = dask_future
-        internal._recipe = (runner, None, args, {}, False)
+        # A bundle's recipe has no keyword arguments: its slot keeps the restrictions.
+        internal._recipe = (runner, None, args, _restricted(resources), False)
         self._follow(dask_future, internal)
         return internal
 
@@ -168,7 +174,8 @@ class Sender:
         key = self._key("bundle")
         try:
             with self._counted(len(args[0])):
-                dask_future = self._client.submit(runner, *args, key=key, pure=False)
+                dask_future = self._client.submit(runner, *args, key=key, pure=False,
+                                                  **kwargs)  # the restrictions, if any
         except Exception as err:
             settle(future, exception=err)
             return
@@ -225,6 +232,25 @@ class Sender:
         if future.done():
             return future.result()  # failed before it was sent: raises its error
         raise _NotSentYet
+
+
+def _resources_of(fn: Any) -> dict[str, float] | None:
+    """Dask's resource restrictions for a call of ``fn`` (a task that states needs)."""
+    needs = needs_of(fn)
+    return None if needs is None else needs.resources()
+
+
+def _restricted(resources: dict[str, float] | None) -> dict[str, Any]:
+    """Dask's keyword for resource restrictions; nothing at all for plain calls."""
+    return {"resources": resources} if resources else {}
+
+
+def _bundle_resources(args: tuple) -> dict[str, float] | None:
+    """A bundle's restrictions: its calls are of one function (bundles.py)."""
+    calls = args[0] if args else None
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], tuple):
+        return None
+    return _resources_of(calls[0][0])
 
 
 def _calls_in(chunk: list | Rows) -> int:

@@ -47,6 +47,7 @@ from ..._remote.shipping import ship
 from ..._reports.summary import CALLS_ANNOTATION
 from ..core.arguments import futures_in, swap_futures
 from ..core.futures import TaskFuture, settle
+from ..core.tasks import Task
 from .mpilanes import CallQueue
 from .mpitask import MPITask
 
@@ -229,7 +230,8 @@ class MPICalls:
             try:
                 while queue.left() and self._broken() is None:
                     answer = await _dask.reserve_ranks(self._client, group, queue.task.ranks,
-                                                       RESERVE_WAIT, keys)
+                                                       RESERVE_WAIT, keys,
+                                                       queue.task.needs.resources())
                     if "error" in answer:
                         raise RuntimeError(answer["error"])
                     if "workers" in answer:
@@ -245,14 +247,16 @@ class MPICalls:
         world_ranks = tuple(grant["world_ranks"])
         group = keys[0].rpartition("-")[0]
         members = []
-        fn = ship(task.fn, self._client)  # the user's modules the workers lack by value
+        # A rank that needs GPUs takes them on its worker as a task's call would; the
+        # user's modules the workers lack travel by value.
+        fn = ship(Task(task.fn, task.needs) if task.needs.gpus else task.fn, self._client)
         for index, address in enumerate(grant["workers"]):
             # The end-of-run summary counts the calls on member 0's task (see sending.py).
             with _counted_as(len(calls) if index == 0 else 0):
                 members.append(self._client.submit(
                     run_members, fn, calls, world_ranks, grant["tag"], index, group,
                     key=keys[index], workers=[address], allow_other_workers=False,
-                    pure=False))
+                    resources=task.needs.resources(), pure=False))
         errors = await self._first_failure(group, members)
         if any(error is not None for error in errors):
             return errors

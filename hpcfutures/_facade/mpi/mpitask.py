@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..._errors import LauncherError
+from ..._support.needs import Needs
 
 __all__ = ["MPITask", "check_launch", "mpi_task", "results_in_order"]
 
@@ -27,9 +28,9 @@ class MPITask:
     that only the executor can build.
     """
 
-    __slots__ = ("fn", "ranks")
+    __slots__ = ("fn", "needs", "ranks")
 
-    def __init__(self, fn: Callable[..., Any], ranks: int) -> None:
+    def __init__(self, fn: Callable[..., Any], ranks: int, needs: Needs | None = None) -> None:
         if isinstance(fn, MPITask):
             raise TypeError("mpi_task() got a function that is already an mpi_task")
         if not callable(fn):
@@ -40,27 +41,30 @@ class MPITask:
             raise ValueError(f"ranks must be at least 1, got {ranks}")
         self.fn = fn
         self.ranks = ranks
+        #: What each rank needs (cores, GPUs, memory): its workers are chosen to have it.
+        self.needs = needs or Needs()
 
     @property
     def __name__(self) -> str:
         return getattr(self.fn, "__name__", "mpi_task")
 
     def __repr__(self) -> str:
-        return f"mpi_task({getattr(self.fn, '__qualname__', self.fn)!r}, ranks={self.ranks})"
+        needs = f", {self.needs}" if self.needs else ""
+        return f"mpi_task({getattr(self.fn, '__qualname__', self.fn)!r}, ranks={self.ranks}{needs})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MPITask):
             return NotImplemented
-        return (self.fn, self.ranks) == (other.fn, other.ranks)
+        return (self.fn, self.ranks, self.needs) == (other.fn, other.ranks, other.needs)
 
     def __hash__(self) -> int:
-        return hash((MPITask, self.fn, self.ranks))
+        return hash((MPITask, self.fn, self.ranks, self.needs))
 
-    def __getstate__(self) -> tuple[Callable[..., Any], int]:
-        return self.fn, self.ranks
+    def __getstate__(self) -> tuple[Callable[..., Any], int, Needs]:
+        return self.fn, self.ranks, self.needs
 
-    def __setstate__(self, state: tuple[Callable[..., Any], int]) -> None:
-        self.fn, self.ranks = state
+    def __setstate__(self, state: tuple) -> None:
+        self.fn, self.ranks, self.needs = (*state, Needs())[:3]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"{self!r} runs only when submitted to an hpcfutures executor "
@@ -68,8 +72,13 @@ class MPITask:
                         "communicator")
 
 
-def mpi_task(fn: Callable[..., Any], ranks: int) -> MPITask:
+def mpi_task(fn: Callable[..., Any], ranks: int, *, cores: int | None = None,
+             gpus: int | None = None, memory: int | str | None = None) -> MPITask:
     """Wrap ``fn`` so that an executor runs each call on ``ranks`` worker ranks together.
+
+    ``cores``, ``gpus`` and ``memory`` are what each of those ranks needs, as
+    with :func:`hpcfutures.task`: the call waits for ``ranks`` free workers
+    that have that much, and each member holds it while it runs.
 
     Each call runs ``fn(comm, *args, **kwargs)`` on ``ranks`` distinct worker
     ranks at once, ``comm`` being an mpi4py communicator of just those ranks,
@@ -83,7 +92,7 @@ def mpi_task(fn: Callable[..., Any], ranks: int) -> MPITask:
     >>> ex.submit(hpcfutures.mpi_task(total, ranks=4), 2).result()   # doctest: +SKIP
     12
     """
-    return MPITask(fn, ranks)
+    return MPITask(fn, ranks, Needs.of(cores, gpus, memory))
 
 
 def check_launch(session: Any, ranks: int) -> int:

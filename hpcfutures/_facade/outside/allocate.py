@@ -20,6 +20,7 @@ the job; a job that ends while the executor is open breaks it, with a
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import sys
@@ -39,6 +40,7 @@ from ...launchers._batchscript import (
     memory_megabytes,
     parse_walltime,
 )
+from ...launchers._request import with_components
 from .batchjob import Allocation, await_serving
 from .connect import ConnectedExecutor
 
@@ -80,6 +82,11 @@ class AllocatedExecutor(ConnectedExecutor):
         self._serve_command = list(serve_command)
         #: Worker jobs added by scale()/adapt(): each an Allocation.
         self.worker_jobs: list[Allocation] = []
+        #: allocate(workers=[...]) where the system has no heterogeneous jobs: each
+        #: further component is a job of its own, its tasks workers of this one.
+        self.component_jobs: list[Allocation] = []
+        #: Workers the allocation has once all joined (None: not known).
+        self.workers_expected: int | None = None
         self._ended = False
         self._scaling = threading.RLock()
         self._adapter: threading.Thread | None = None
@@ -129,7 +136,7 @@ class AllocatedExecutor(ConnectedExecutor):
                 return
             self._ended = True
         atexit.unregister(self._end_allocation)
-        for worker_job in self.worker_jobs:
+        for worker_job in (*self.worker_jobs, *self.component_jobs):
             if worker_job.state() is JobState.PENDING:
                 worker_job.cancel()
         try:
@@ -139,10 +146,26 @@ class AllocatedExecutor(ConnectedExecutor):
                     self._stop_launch(info)
                 except Exception as err:  # the job is cancelled below instead
                     logger.info("could not stop %s politely: %s", self.allocation, err)
-            for job in (self.allocation, *self.worker_jobs):
+            for job in (self.allocation, *self.worker_jobs, *self.component_jobs):
                 job.leave_queue(LEAVE_GRACE)
         finally:
             self._release_cluster()
+
+    def _expected_workers(self) -> int | None:
+        return self.workers_expected
+
+    def _submit_components(self, components: Sequence[Request]) -> None:
+        """One job per component, each task a worker of this allocation (hpcfutures join)."""
+        try:
+            for number, component in enumerate(components, start=1):
+                job = Allocation(self.allocation.system, dataclasses.replace(
+                    component, name=f"{component.name}-{number}"),
+                    self.allocation.script_path.parent, self._serve_command)
+                job.submit()
+                self.component_jobs.append(job)
+        except BaseException:
+            self._end_allocation()
+            raise
 
     # ------------------------------------------------------------ scaling
     def workers(self) -> int:
@@ -251,6 +274,7 @@ def allocate(
     timeout: float | str | None = None,
     queue_timeout: float | str | None = None,
     ssh: str | SSH | None = None,
+    workers: Sequence[dict] | None = None,
 ) -> AllocatedExecutor:
     """Submit a serving job to the batch system, wait until it serves, and connect to it.
 
@@ -296,6 +320,13 @@ def allocate(
             its home), and the client reaches the job's scheduler through one
             port forwarded over the SSH connection.  See the documentation's page
             on working from a laptop.
+        workers: A heterogeneous job (Slurm): one dict per component, each with
+            its ``nodes``, ``tasks_per_node``, ``memory`` and ``gpus`` (these
+            replace the arguments of those names); task 0 of the first runs the
+            scheduler.  One launch over all components: each worker has its
+            component's resources (docs/resources.rst).  Where the batch system
+            has no heterogeneous jobs, each further component is a job of its
+            own whose tasks join as workers.
 
     Raises:
         AllocationError: the batch system refused the job (its message is quoted).
@@ -321,6 +352,11 @@ def allocate(
                       partition=partition, account=account, memory=memory_megabytes(memory),
                       gpus=gpus, name=job_name, directives=tuple(directives),
                       parallel_environment=parallel_environment)
+    separate: tuple[Request, ...] = ()  # components as jobs of their own
+    if workers is not None:
+        request = with_components(request, list(workers))
+        if not system.heterogeneous:
+            request, separate = dataclasses.replace(request, components=()), request.components
     folder = cluster.path(job_dir) if cluster else expand_path(job_dir)
     token = uuid.uuid4().hex[:12]
     schedfile = folder / f"{job_name}-{token}.json"
@@ -352,12 +388,16 @@ def allocate(
                                  partition=partition, account=account,
                                  memory=request.memory, gpus=gpus, name=f"{job_name}-w",
                                  directives=tuple(directives))
-        return AllocatedExecutor(allocation, schedfile, timeout=timeout,
-                                 serve_command=[interpreter, "-m", "hpcfutures", "join",
-                                                str(schedfile)],
-                                 worker_request=worker_request, cluster=cluster,
-                                 idle_timeout=None if idle_timeout is None
-                                 else to_seconds(idle_timeout))
+        executor = AllocatedExecutor(allocation, schedfile, timeout=timeout,
+                                     serve_command=[interpreter, "-m", "hpcfutures", "join",
+                                                    str(schedfile)],
+                                     worker_request=worker_request, cluster=cluster,
+                                     idle_timeout=None if idle_timeout is None
+                                     else to_seconds(idle_timeout))
+        if request.tasks > 1:  # task 0 serves; else one process with local workers
+            executor.workers_expected = request.tasks - 1 + sum(c.tasks for c in separate)
+        executor._submit_components(separate)
+        return executor
     except BaseException:  # Ctrl-C included: nothing may stay in the queue
         allocation.cancel()
         if cluster is not None:

@@ -141,6 +141,10 @@ class ConnectedExecutor(Executor):
         else:
             stop_launch(self.scheduler_file, info, timeout)
 
+    def _expected_workers(self) -> int | None:
+        """Not known from outside: needs are checked against the workers present."""
+        return None
+
     def stop_allocation(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Disconnect, then stop the serving launch: every rank exits 0 and srun returns.
 
