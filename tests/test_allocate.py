@@ -34,7 +34,7 @@ from test_sge import JOB_USER, cluster  # noqa: F401 -- cluster: test_sge's fixt
 import hpcfutures
 from hpcfutures._cli import main as cli
 from hpcfutures._facade.outside import allocate as allocate_module
-from hpcfutures._facade.outside.allocate import adaptive_target
+from hpcfutures._facade.outside.batchjob import adaptive_target
 from hpcfutures.launchers._batchfind import get_batch_system
 from hpcfutures.launchers._batchscript import (
     JobState,

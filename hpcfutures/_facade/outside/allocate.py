@@ -41,7 +41,7 @@ from ...launchers._batchscript import (
     parse_walltime,
 )
 from ...launchers._request import with_components
-from .batchjob import Allocation, await_serving
+from .batchjob import Allocation, adaptive_target, await_serving, submit_components
 from .connect import ConnectedExecutor
 
 if TYPE_CHECKING:
@@ -55,13 +55,6 @@ logger = logging.getLogger("hpcfutures")
 DEFAULT_JOB_DIR = "~/.hpcfutures/jobs"
 #: Seconds a stopped job may take to leave the queue before it is cancelled.
 LEAVE_GRACE = 10.0
-
-
-def adaptive_target(waiting: int, threads: int, jobs: int, minimum: int, maximum: int) -> int:
-    """How many worker jobs adapt() wants: one more while calls wait beyond the threads
-    there are, else as many as now (idle workers leave by themselves), never outside
-    [minimum, maximum]."""
-    return max(minimum, min(maximum, jobs + 1 if waiting > threads else jobs))
 
 
 class AllocatedExecutor(ConnectedExecutor):
@@ -157,12 +150,8 @@ class AllocatedExecutor(ConnectedExecutor):
     def _submit_components(self, components: Sequence[Request]) -> None:
         """One job per component, each task a worker of this allocation (hpcfutures join)."""
         try:
-            for number, component in enumerate(components, start=1):
-                job = Allocation(self.allocation.system, dataclasses.replace(
-                    component, name=f"{component.name}-{number}"),
-                    self.allocation.script_path.parent, self._serve_command)
-                job.submit()
-                self.component_jobs.append(job)
+            submit_components(self.allocation, components, self._serve_command,
+                              self.component_jobs)
         except BaseException:
             self._end_allocation()
             raise

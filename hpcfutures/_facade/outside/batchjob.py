@@ -8,6 +8,7 @@ here connects to the launch: the job's scheduler file says when it serves.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -129,3 +130,23 @@ def await_serving(allocation: Allocation, path: Path, queue_timeout: float | Non
                 f"so it was cancelled; its output {allocation.output} ends with:\n"
                 f"{allocation.output_tail()}")
         backoff.sleep(now + POLL_CAP)
+
+
+def submit_components(allocation: Allocation, components: Sequence[Request],
+                      command: list[str], submitted: list[Allocation]) -> None:
+    """Submit one job per further component of ``allocation`` (a batch system
+    without heterogeneous jobs), each running ``command``; each job goes into
+    ``submitted`` as soon as it is in the queue, for the caller to cancel."""
+    for number, component in enumerate(components, start=1):
+        job = Allocation(allocation.system, dataclasses.replace(
+            component, name=f"{component.name}-{number}"),
+            allocation.script_path.parent, command)
+        job.submit()
+        submitted.append(job)
+
+
+def adaptive_target(waiting: int, threads: int, jobs: int, minimum: int, maximum: int) -> int:
+    """How many worker jobs adapt() wants: one more while calls wait beyond the threads
+    there are, else as many as now (idle workers leave by themselves), never outside
+    [minimum, maximum]."""
+    return max(minimum, min(maximum, jobs + 1 if waiting > threads else jobs))
