@@ -358,3 +358,42 @@ def test_allocate_reuses_the_users_master_and_leaves_it_running_without_our_forw
     assert "OWNED False 45" in out and "DURING True" in out, out
     assert "AFTER False" in out and "STILL 0" in out, out
     assert _until_queue_empty(5), _queue()
+
+
+def test_a_function_from_modules_only_the_laptop_has_runs_on_the_cluster(code):
+    """The laptop's own modules (in its private /tmp, which no node of the cluster has),
+    one importing the other, travel by value with the function (issue 27)."""
+    out = _on_laptop(code, """
+        import tempfile
+        own = tempfile.mkdtemp()  # the laptop's own /tmp: the cluster has no such folder
+        with open(os.path.join(own, "lab_helpers.py"), "w") as f:
+            f.write("def twice(x):\\n    return 2 * x\\n")
+        with open(os.path.join(own, "lab_model.py"), "w") as f:
+            f.write("from lab_helpers import twice\\n\\ndef model(x):\\n    return twice(x) + 1\\n")
+        sys.path.insert(0, own)
+        import lab_model
+        with hpcfutures.allocate(nodes=1, tasks_per_node=2, partition="mn", ssh=SSH,
+                                 idle_timeout=60) as ex:
+            print("RESULTS", list(ex.map(lab_model.model, range(5))))
+            print("SEEN THERE", ex.submit(os.path.isdir, own).result())
+        """)
+    assert "RESULTS [1, 3, 5, 7, 9]" in out, out
+    assert "SEEN THERE False" in out, out  # the folder exists on the laptop only
+    assert _until_queue_empty(5), _queue()
+
+
+def test_allocate_refuses_other_versions_before_the_first_call_and_leaves_nothing(code):
+    """A laptop whose Python differs from the cluster's (faked on the laptop's side,
+    the documented test seam) gets one error naming both, and the job is gone."""
+    out = _on_laptop(code, """
+        os.environ["HPCFUTURES_FAKE_VERSIONS"] = "python=3.9"  # this side only (test seam)
+        try:
+            with hpcfutures.allocate(nodes=1, tasks_per_node=2, partition="mn", ssh=SSH,
+                                     idle_timeout=60) as ex:
+                print("CONNECTED")
+        except hpcfutures.VersionMismatchError as err:
+            print("REFUSED", err)
+        """)
+    assert "REFUSED" in out and "CONNECTED" not in out, out
+    assert "3.9" in out, out
+    assert _until_queue_empty(30), _queue()

@@ -109,7 +109,7 @@ TARGETS = (
     Target("hpcfutures/_support/config.py", {"settings": settings_fields}),
     Target("hpcfutures/_facade/executor.py", {"executor": parameters(NAMES)},
            {"Executor": NAMES}),
-    Target("hpcfutures/_facade/connect.py", {"connect": parameters(CONNECT_KEYWORDS)},
+    Target("hpcfutures/_facade/outside/connect.py", {"connect": parameters(CONNECT_KEYWORDS)},
            {"connect": CONNECT_KEYWORDS}),
     Target("README.md", {"options": readme_table}),
 )
