@@ -105,8 +105,12 @@ def test_a_result_that_arrived_ahead_settles_its_future_and_is_never_fetched():
         completions.arrived("garbled", b"not a pickle")  # left to the fetch, which reports
         completions.arrived("stranger", cloudpickle.dumps("ignored"))
         assert futures["ahead"].result(timeout=0) == "early"
+        heard = asyncio.ensure_future(completions.ends_heard(5))
+        await asyncio.sleep(0)
+        assert not heard.done(), "the scheduler has not told the end of 'ahead' yet"
         for dask_future in (ahead, fetched, garbled):
             dask_future.end()
+        await asyncio.wait_for(heard, 1)  # the summary asks the scheduler after this
         for _ in range(20):
             await asyncio.sleep(0)
         assert futures["fetched"].result(timeout=1) == "fetched"

@@ -79,8 +79,9 @@ class TaskBridge:
         self.stopped_by_signal = False
         #: Sizes every group of calls (map chunks, submit bundles) for all streams.
         self.batcher = Batcher(self.worker_threads)
-        self._completions = Completions(client, self._connection_lost)
-        self.result_arrived = self._completions.arrived  # a small result ahead of its end
+        # Small results ahead of their task's end, and waiting for those ends: completions.py.
+        completions = self._completions = Completions(client, self._connection_lost)
+        self.result_arrived, self.ends_heard = completions.arrived, completions.ends_heard
         self._sender = Sender(client, self._completions.follow, self._send_held_now)
         self._recovery = Recovery(client, self._sender.resend, self.break_executor,
                                   self._completions.in_background)

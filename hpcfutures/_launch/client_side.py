@@ -82,6 +82,9 @@ class ClientBridge(Protocol):
     def result_arrived(self, key: Any, payload: bytes) -> None:
         """A task's small result, sent ahead of its end (loop thread)."""
 
+    async def ends_heard(self, timeout: float) -> None:
+        """Until Dask has told the end of every task whose result came ahead."""
+
     def watch_workers(self, timeout: float) -> Coroutine[Any, Any, None]:
         """Watch for all workers gone while calls wait (runs on the loop)."""
 
@@ -322,6 +325,7 @@ class ClientSide:
 
         usage = None
         if self._ledger is not None and self.bridge is not None and self.bridge.broken is None:
+            self._ask(self.bridge.ends_heard(1.0))  # results that came ahead of their end
             usage = self._ask(_dask.usage_report(self.client, self._ledger),
                               self.patience.ask_timeout)
         print(format_summary(self.tally, usage), file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ unpicklable result fails only its own future.  Loop thread only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import pickle
 from collections.abc import Callable
@@ -67,6 +68,10 @@ class Completions:
         #: Dask key -> the future its small result settles, should it come ahead
         #: of the task's end (``_remote/express.py``).
         self._awaiting: dict[Any, TaskFuture] = {}
+        #: Keys settled by a small result whose end Dask has not told yet, and the
+        #: event :meth:`ends_heard` waits on for there to be none.
+        self._ahead: set[Any] = set()
+        self._none_ahead: asyncio.Event | None = None
 
     @property
     def fetching(self) -> int:
@@ -123,7 +128,18 @@ class Completions:
             value = pickle.loads(payload)
         except Exception:
             return
+        self._ahead.add(key)
         settle(future, result=value)
+
+    async def ends_heard(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) until Dask has told the end of every task whose
+        result came ahead of it: until then the scheduler still counts it running
+        (the end-of-run summary asks the scheduler what ran)."""
+        if not self._ahead:
+            return
+        self._none_ahead = asyncio.Event()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._none_ahead.wait(), timeout)
 
     async def _watch(self, dask_future: Any, future: TaskFuture) -> None:
         try:
@@ -131,6 +147,9 @@ class Completions:
         finally:
             if self._awaiting.get(dask_future.key) is future:
                 del self._awaiting[dask_future.key]
+            self._ahead.discard(dask_future.key)
+            if not self._ahead and self._none_ahead is not None:
+                self._none_ahead.set()
 
     async def _until_settled(self, dask_future: Any, future: TaskFuture) -> None:
         exception = await dask_future.exception()
