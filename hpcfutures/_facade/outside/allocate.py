@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 from ..._errors import AllocationLostError, NotServingError
 from ..._launch.outside import expand_path
@@ -103,20 +103,12 @@ class AllocatedExecutor(ConnectedExecutor):
                 self._bridge.scheduler_pointer = ssh_pointer(self._cluster, str(allocation))
 
     def _after_disconnect(self) -> None:
-        """The SSH connection stays until the job has left the queue (_end_allocation)."""
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        try:
-            return super().__exit__(exc_type, exc, tb)
-        finally:
-            self._end_allocation()
+        """Leaving stops the job; the SSH connection stays until it has left the queue."""
+        self._end_allocation()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Finish the calls (as ``concurrent.futures`` does), then stop the job."""
-        try:
-            super().shutdown(wait, cancel_futures=cancel_futures)
-        finally:
-            self._end_allocation()
+        super().shutdown(wait, cancel_futures=cancel_futures)
 
     def stop_allocation(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """The same as :meth:`shutdown`: the job is this executor's own."""
