@@ -25,12 +25,16 @@
 # Settings (environment):
 #   MN_NODES=3             compute nodes mn1..mnN (1..9)
 #   MN_CPUS=2              CPUs per node (config_overrides lets the sum exceed the real cores)
+#   MN_GPUS=2              GPUs as a generic resource (GRES) on the last node only, on device files
+#                          /dev/hpcf-mn-gpu* (as ci/slurm-up.sh does): a GPU node beside CPU nodes,
+#                          for heterogeneous jobs with a GPU component; 0 for none
 #   MN_DEFAULT_ROUTE=1     0: nodes without a default route, like an isolated compute network
 #   MN_UP_TIMEOUT=60       seconds allowed for each wait (controller, idle nodes, probe step)
 set -euo pipefail
 
 MN_NODES=${MN_NODES:-3}
 MN_CPUS=${MN_CPUS:-2}
+MN_GPUS=${MN_GPUS:-2}
 MN_DEFAULT_ROUTE=${MN_DEFAULT_ROUTE:-1}
 MN_UP_TIMEOUT=${MN_UP_TIMEOUT:-60}
 
@@ -56,6 +60,7 @@ source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || die "must be run as root (it makes network namespaces and starts daemons)"
 case "$MN_NODES" in [1-9]) ;; *) die "MN_NODES must be 1..9, got '$MN_NODES'" ;; esac
 case "$MN_CPUS" in '' | *[!0-9]* | 0) die "MN_CPUS must be a positive number" ;; esac
+case "$MN_GPUS" in '' | *[!0-9]*) die "MN_GPUS must be a number (0 for none)" ;; esac
 t0=$SECONDS
 nodes=()
 for i in $(seq "$MN_NODES"); do nodes+=("mn$i"); done
@@ -81,6 +86,15 @@ timeout 10 sh -c 'munge -n | unmunge' >/dev/null 2>&1 ||
 # and SlurmctldHost, whose name slurmctld checks against its hostname (hence its UTS namespace
 # below).
 mkdir -p "$(dirname "$CONF")" "$PIDDIR" "$LOGDIR" "$SPOOL/ctld"
+gpu_node=mn$MN_NODES
+new_gres=$(mktemp)
+if [ "$MN_GPUS" -gt 0 ]; then
+  for i in $(seq 0 $((MN_GPUS - 1))); do
+    [ -e "/dev/hpcf-mn-gpu$i" ] || mknod "/dev/hpcf-mn-gpu$i" c 1 3
+  done
+  printf '# Written by hpcfutures ci/slurm-multinode-up.sh. Edits are overwritten.\nAutoDetect=off\nNodeName=%s Name=gpu File=/dev/hpcf-mn-gpu[0-%d]\n' \
+    "$gpu_node" $((MN_GPUS - 1)) >"$new_gres"
+fi
 new_conf=$(mktemp)
 {
   cat <<EOF
@@ -102,18 +116,41 @@ SlurmdLogFile=$LOGDIR/slurmd-%n.log
 FirstJobId=7700
 EOF
   slurm_conf_policy none
+  # Heterogeneous jobs are started only by the backfill scheduler, every bf_interval (30 s by
+  # default): each het test waited about that long for its allocation.
+  echo "SchedulerParameters=bf_interval=2"
+  if [ "$MN_GPUS" -gt 0 ]; then
+    echo "GresTypes=gpu"
+  fi
   for n in "${nodes[@]}"; do
-    echo "NodeName=$n NodeAddr=$(node_ip "$n") NodeHostname=$n CPUs=$MN_CPUS Boards=1" \
+    gres=""
+    # The GPU node weighs more, as sites make theirs: Slurm fills lighter nodes first, so a
+    # heterogeneous job's CPU component does not take the one node its GPU component needs
+    # (components never share a node; the GPU one then waited for the CPU one to end).
+    if [ "$MN_GPUS" -gt 0 ] && [ "$n" = "$gpu_node" ]; then gres="Gres=gpu:$MN_GPUS Weight=10 "; fi
+    echo "NodeName=$n ${gres}NodeAddr=$(node_ip "$n") NodeHostname=$n CPUs=$MN_CPUS Boards=1" \
       "SocketsPerBoard=1 CoresPerSocket=$MN_CPUS ThreadsPerCore=1 RealMemory=2048 State=UNKNOWN"
   done
   echo "PartitionName=mn Nodes=mn[1-$MN_NODES] Default=YES MaxTime=INFINITE State=UP"
 } >"$new_conf"
-if cmp -s "$new_conf" "$CONF"; then
-  rm -f "$new_conf"
+GRES_CONF=$(dirname "$CONF")/gres.conf
+gres_same=1
+if [ -s "$new_gres" ]; then
+  cmp -s "$new_gres" "$GRES_CONF" || gres_same=0
+elif [ -e "$GRES_CONF" ]; then
+  gres_same=0
+fi
+if cmp -s "$new_conf" "$CONF" && [ "$gres_same" = 1 ]; then
+  rm -f "$new_conf" "$new_gres"
 else
   install -m 0644 "$new_conf" "$CONF"
-  rm -f "$new_conf"
-  log "wrote $CONF"
+  if [ -s "$new_gres" ]; then
+    install -m 0644 "$new_gres" "$GRES_CONF"
+  else
+    rm -f "$GRES_CONF"
+  fi
+  rm -f "$new_conf" "$new_gres"
+  log "wrote $CONF ($MN_GPUS GPU(s) on $gpu_node)"
   # Node changes need a restart, not `scontrol reconfigure`. Nodes beyond MN_NODES go entirely.
   old_nodes=$(cat "$PIDDIR/nodes" 2>/dev/null || true)
   pidfiles=("$PIDDIR/slurmctld.pid")

@@ -38,6 +38,11 @@ def main():
                                         for _ in range(3 * GPU_WORKERS)]]
         ok &= check("GPU calls run only where a GPU is, each sees one",
                     all(len(gpus) == 1 for *_, gpus in on_gpus), on_gpus)
+        seen = {(host, pid): gpus for host, pid, _, gpus in on_gpus}
+        ok &= check("no two workers share a GPU",
+                    len(seen) == GPU_WORKERS
+                    and len({(host, gpus) for (host, _), gpus in seen.items()}) == len(seen),
+                    seen)
         wide = {(host, pid) for host, pid, *_ in [
             f.result() for f in [ex.submit(hpcfutures.task(where, cores=2))
                                  for _ in range(3 * WIDE)]]}
