@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -182,8 +183,20 @@ def test_the_summary_names_the_gpus_of_each_worker():
            "lost": False}
     text = format_summary(CallTally(), {"retried": 0, "workers": [
         {**row, "name": "rank-2", "gpus": 2, "needing": 1},
-        {**row, "name": "rank-3", "gpus": 0}]})
+        {**row, "name": "rank-3", "gpus": 0}],
+        "needs": {"gpus=1": {"calls": 1, "busy": 1.0}}})
     assert "rank-2 (2 GPUs, 1 with needs)" in text and "rank-3 (" not in text
+    assert re.search(r"calls asking gpus=1 +1 +1\.0", text), text
+
+
+def test_the_ledger_sums_the_calls_of_each_stated_need():
+    """What calls used, by what they asked: the scheduler's ledger reads each task's
+    resource restrictions as the user wrote them."""
+    from hpcfutures._dask.usage import _needs_named
+
+    assert _needs_named({"gpus": 1.0}) == "gpus=1"
+    assert _needs_named({"cores": 4.0, "gpus": 2.0}) == "cores=4, gpus=2"
+    assert _needs_named({"memory": float(2**30)}).startswith("memory=1")
 
 
 @pytest.mark.timeout(60)
@@ -203,9 +216,14 @@ def resources_passed(job) -> bool:
 @pytest.mark.timeout(90)
 def test_resources_on_the_laptop():
     """3 local workers, 2 GPUs declared: the third worker has none of its own."""
-    env = {**FOUR_THREADS, "HPCFUTURES_GPUS": "0,1", "HPCFUTURES_MAX_WORKERS": "3"}
+    env = {**FOUR_THREADS, "HPCFUTURES_GPUS": "0,1", "HPCFUTURES_MAX_WORKERS": "3",
+           "HPCFUTURES_SUMMARY": "1"}
     job = run_job([sys.executable, JOB, "3", "2"], env=env, timeout=75)
     assert resources_passed(job), job
+    # The summary says what the calls with needs used: 3 x 2 submits and a map of 2 x 2
+    # asked gpus=1, 2 x 3 submits cores=4 (the job's counts for 3 workers, 2 GPUs).
+    assert re.search(r"calls asking gpus=1 +10 ", job.stderr), job
+    assert re.search(r"calls asking cores=4 +6 ", job.stderr), job
 
 
 @pytest.mark.timeout(90)

@@ -18,7 +18,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.scheduler import TaskState
 
 from .._reports.summary import CALLS_ANNOTATION
-from .._support.needs import GPUS
+from .._support.needs import CORES, GPUS, MEMORY, Needs
 
 __all__ = ["UsageLedger", "UsageReport", "WorkerUsage", "report_and_remove", "start_usage",
            "usage_report"]
@@ -45,11 +45,20 @@ class WorkerUsage(TypedDict):
     lost: bool
 
 
+class NeedsUsage(TypedDict):
+    """What the calls that stated the same needs (say ``gpus=1``) took, summed."""
+
+    calls: int
+    busy: float
+
+
 class UsageReport(TypedDict):
-    """The ledger's report: one entry per worker, and the calls re-run after a loss."""
+    """The ledger's report: one entry per worker, the calls re-run after a loss, and
+    the calls that stated needs by what they asked (``"gpus=1"``, ``"cores=4"``)."""
 
     workers: list[WorkerUsage]
     retried: int
+    needs: dict[str, NeedsUsage]
 
 
 class UsageLedger(SchedulerPlugin):
@@ -64,6 +73,7 @@ class UsageLedger(SchedulerPlugin):
     def __init__(self) -> None:
         self.workers: dict[str, WorkerUsage] = {}
         self.retried = 0
+        self.needs: dict[str, NeedsUsage] = {}
         self._scheduler: Scheduler | None = None
 
     async def start(self, scheduler: Scheduler) -> None:
@@ -96,12 +106,17 @@ class UsageLedger(SchedulerPlugin):
             return
         task = self._scheduler.tasks.get(key) if self._scheduler is not None else None
         calls = _calls_of(task)
+        busy = sum(part["stop"] - part["start"] for part in kwargs.get("startstops") or ()
+                   if part["action"] == "compute")
         entry["calls"] += calls
-        if getattr(task, "resource_restrictions", None):
+        entry["busy"] += busy
+        restrictions = getattr(task, "resource_restrictions", None)
+        if restrictions:
             entry["needing"] += calls
-        entry["busy"] += sum(part["stop"] - part["start"]
-                             for part in kwargs.get("startstops") or ()
-                             if part["action"] == "compute")
+            asked = self.needs.setdefault(_needs_named(restrictions),
+                                          NeedsUsage(calls=0, busy=0.0))
+            asked["calls"] += calls
+            asked["busy"] += busy
         if task is not None and task.suspicious:
             self.retried += calls  # it was running on a worker that died
 
@@ -114,7 +129,13 @@ class UsageLedger(SchedulerPlugin):
             row: WorkerUsage = {**entry, "present": max(end - entry["joined"], 0.0),
                                 "lost": entry["left"] is not None}
             workers.append(row)
-        return UsageReport(workers=workers, retried=self.retried)
+        return UsageReport(workers=workers, retried=self.retried, needs=dict(self.needs))
+
+
+def _needs_named(restrictions: dict[str, float]) -> str:
+    """A task's resource restrictions as the user wrote them: ``gpus=1, cores=2``."""
+    return str(Needs(*(int(restrictions.get(name) or 0) or None
+                       for name in (CORES, GPUS, MEMORY))))
 
 
 def report_and_remove(name: str, dask_scheduler: Scheduler) -> UsageReport | None:

@@ -115,4 +115,7 @@ def format_summary(tally: CallTally, usage: Mapping[str, Any] | None,
     everyone = f"all {len(workers)} worker{'s' if len(workers) != 1 else ''}"
     lines.append(_row(everyone, sum(w["threads"] for w in workers),
                       sum(w["calls"] for w in workers), f"{busy:.1f}", _share(busy, capacity)))
+    for asked, used in sorted((usage.get("needs") or {}).items()):
+        lines.append(_row(f"calls asking {asked}", "", used["calls"],
+                          f"{used['busy']:.1f}", "").rstrip())
     return "\n".join(lines)

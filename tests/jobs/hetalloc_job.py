@@ -4,8 +4,9 @@
 
 With GPUS, the second component asks Slurm for that many GPUs on its node (the
 3-node cluster has them as GRES on its last node), and calls with gpus=1 must
-run there (one node, not the first component's), each seeing one GPU of its own.  Prints the hosts the map's calls ran
-on, one line per worker, and HETALLOC OK.
+run there (one node, not the first component's), each seeing one GPU of its
+own.  Prints the hosts the map's calls ran on, one line per worker, and
+HETALLOC OK.
 """
 
 import os
