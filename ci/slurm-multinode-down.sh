@@ -76,4 +76,5 @@ if grep -q " $HOSTS_TAG\$" /etc/hosts; then
   rm -f "$hosts"
 fi
 rm -rf "$PIDDIR"
+rm -f /dev/hpcf-mn-gpu*   # the GPU node's stand-in devices (MN_GPUS in slurm-multinode-up.sh)
 log "stopped (nodes: ${nodes//$'\n'/ }; the single-node cluster is untouched)"
