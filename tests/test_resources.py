@@ -192,11 +192,11 @@ def test_the_summary_names_the_gpus_of_each_worker():
 def test_the_ledger_sums_the_calls_of_each_stated_need():
     """What calls used, by what they asked: the scheduler's ledger reads each task's
     resource restrictions as the user wrote them."""
-    from hpcfutures._dask.usage import _needs_named
-
-    assert _needs_named({"gpus": 1.0}) == "gpus=1"
-    assert _needs_named({"cores": 4.0, "gpus": 2.0}) == "cores=4, gpus=2"
-    assert _needs_named({"memory": float(2**30)}).startswith("memory=1")
+    assert str(Needs.from_resources({"gpus": 1.0})) == "gpus=1"
+    assert str(Needs.from_resources({"cores": 4.0, "gpus": 2.0})) == "cores=4, gpus=2"
+    assert str(Needs.from_resources({"memory": float(2**30)})).startswith("memory=1")
+    for needs in (Needs(cores=2), Needs(gpus=1, memory=2**20)):
+        assert Needs.from_resources(needs.resources() or {}) == needs
 
 
 @pytest.mark.timeout(60)

@@ -74,8 +74,7 @@ class Stranded:
               have: list[dict[str, float]]) -> None:
         from distributed.protocol import pickle
 
-        asked = Needs(*(int(needs[name]) if name in needs else None
-                        for name in ("cores", "gpus", "memory")))
+        asked = Needs.from_resources(needs)
         left = "; ".join(sorted({describe_resources(r) for r in have})[:4]) or "none"
         error = NoSuitableWorkerError(
             f"a call asks for {asked}, but no worker left in this launch has that much: the "

@@ -18,7 +18,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.scheduler import TaskState
 
 from .._reports.summary import CALLS_ANNOTATION
-from .._support.needs import CORES, GPUS, MEMORY, Needs
+from .._support.needs import GPUS, Needs
 
 __all__ = ["UsageLedger", "UsageReport", "WorkerUsage", "report_and_remove", "start_usage",
            "usage_report"]
@@ -113,7 +113,7 @@ class UsageLedger(SchedulerPlugin):
         restrictions = getattr(task, "resource_restrictions", None)
         if restrictions:
             entry["needing"] += calls
-            asked = self.needs.setdefault(_needs_named(restrictions),
+            asked = self.needs.setdefault(str(Needs.from_resources(restrictions)),
                                           NeedsUsage(calls=0, busy=0.0))
             asked["calls"] += calls
             asked["busy"] += busy
@@ -130,12 +130,6 @@ class UsageLedger(SchedulerPlugin):
                                 "lost": entry["left"] is not None}
             workers.append(row)
         return UsageReport(workers=workers, retried=self.retried, needs=dict(self.needs))
-
-
-def _needs_named(restrictions: dict[str, float]) -> str:
-    """A task's resource restrictions as the user wrote them: ``gpus=1, cores=2``."""
-    return str(Needs(*(int(restrictions.get(name) or 0) or None
-                       for name in (CORES, GPUS, MEMORY))))
 
 
 def report_and_remove(name: str, dask_scheduler: Scheduler) -> UsageReport | None:

@@ -70,6 +70,11 @@ class Needs:
         """Checked needs: ``cores``/``gpus`` counts, ``memory`` bytes or a size ('4GB')."""
         return cls(_count("cores", cores), _count("gpus", gpus), _bytes(memory))
 
+    @classmethod
+    def from_resources(cls, resources: Mapping[str, float]) -> Needs:
+        """The needs behind Dask resource restrictions (what :meth:`resources` made)."""
+        return cls(*(int(resources.get(name) or 0) or None for name in (CORES, GPUS, MEMORY)))
+
     def __bool__(self) -> bool:
         return any(value for value in dataclasses.astuple(self))
 
