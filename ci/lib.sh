@@ -67,6 +67,28 @@ MinJobAge=60
 EOF
 }
 
+# stand_in_gpus DEVICE COUNT WRITER [NODE]: GPUs without GPUs, for Slurm's GRES. Makes the
+# character devices DEVICE0..DEVICE<COUNT-1> (like /dev/null) and prints the gres.conf that names
+# them (AutoDetect=off, so Slurm looks for no vendor library), for NODE only if given. WRITER
+# names the script in the file's first line.
+stand_in_gpus() {
+  local device=$1 count=$2 writer=$3 node=${4:-} i
+  for i in $(seq 0 $((count - 1))); do
+    [ -e "$device$i" ] || mknod "$device$i" c 1 3
+  done
+  printf '# Written by hpcfutures %s. Edits are overwritten.\nAutoDetect=off\n%sName=gpu File=%s[0-%d]\n' \
+    "$writer" "${node:+NodeName=$node }" "$device" $((count - 1))
+}
+
+# gres_differs NEW GRES_CONF: whether putting NEW in place (an empty NEW: no gres.conf at all)
+# would change GRES_CONF. put_gres NEW GRES_CONF does it.
+gres_differs() {
+  if [ -s "$1" ]; then ! cmp -s "$1" "$2"; else [ -e "$2" ]; fi
+}
+put_gres() {
+  if [ -s "$1" ]; then install -m 0644 "$1" "$2"; else rm -f "$2"; fi
+}
+
 # stop_pidfiles NAME SECONDS PIDFILE...: SIGTERM to every daemon NAME named in the pid files (all
 # at once, as daemons take seconds each to stop), SIGKILL to those still alive after SECONDS;
 # the pid files are removed. A pid that no longer runs NAME is left alone.

@@ -89,11 +89,7 @@ mkdir -p "$(dirname "$CONF")" "$PIDDIR" "$LOGDIR" "$SPOOL/ctld"
 gpu_node=mn$MN_NODES
 new_gres=$(mktemp)
 if [ "$MN_GPUS" -gt 0 ]; then
-  for i in $(seq 0 $((MN_GPUS - 1))); do
-    [ -e "/dev/hpcf-mn-gpu$i" ] || mknod "/dev/hpcf-mn-gpu$i" c 1 3
-  done
-  printf '# Written by hpcfutures ci/slurm-multinode-up.sh. Edits are overwritten.\nAutoDetect=off\nNodeName=%s Name=gpu File=/dev/hpcf-mn-gpu[0-%d]\n' \
-    "$gpu_node" $((MN_GPUS - 1)) >"$new_gres"
+  stand_in_gpus /dev/hpcf-mn-gpu "$MN_GPUS" ci/slurm-multinode-up.sh "$gpu_node" >"$new_gres"
 fi
 new_conf=$(mktemp)
 {
@@ -134,21 +130,11 @@ EOF
   echo "PartitionName=mn Nodes=mn[1-$MN_NODES] Default=YES MaxTime=INFINITE State=UP"
 } >"$new_conf"
 GRES_CONF=$(dirname "$CONF")/gres.conf
-gres_same=1
-if [ -s "$new_gres" ]; then
-  cmp -s "$new_gres" "$GRES_CONF" || gres_same=0
-elif [ -e "$GRES_CONF" ]; then
-  gres_same=0
-fi
-if cmp -s "$new_conf" "$CONF" && [ "$gres_same" = 1 ]; then
+if cmp -s "$new_conf" "$CONF" && ! gres_differs "$new_gres" "$GRES_CONF"; then
   rm -f "$new_conf" "$new_gres"
 else
   install -m 0644 "$new_conf" "$CONF"
-  if [ -s "$new_gres" ]; then
-    install -m 0644 "$new_gres" "$GRES_CONF"
-  else
-    rm -f "$GRES_CONF"
-  fi
+  put_gres "$new_gres" "$GRES_CONF"
   rm -f "$new_conf" "$new_gres"
   log "wrote $CONF ($MN_GPUS GPU(s) on $gpu_node)"
   # Node changes need a restart, not `scontrol reconfigure`. Nodes beyond MN_NODES go entirely.

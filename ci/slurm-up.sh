@@ -121,11 +121,7 @@ chmod 0400 /etc/munge/munge.key
 gres=""
 new_gres=$(mktemp)
 if [ "$SLURM_GPUS" -gt 0 ]; then
-  for i in $(seq 0 $((SLURM_GPUS - 1))); do
-    [ -e "/dev/hpcf-gpu$i" ] || mknod "/dev/hpcf-gpu$i" c 1 3
-  done
-  printf '# Written by hpcfutures ci/slurm-up.sh. Edits are overwritten.\nAutoDetect=off\nName=gpu File=/dev/hpcf-gpu[0-%d]\n' \
-    $((SLURM_GPUS - 1)) >"$new_gres"
+  stand_in_gpus /dev/hpcf-gpu "$SLURM_GPUS" ci/slurm-up.sh >"$new_gres"
   gres="Gres=gpu:$SLURM_GPUS"
 fi
 # Why these settings (details in the project's Slurm notes):
@@ -170,15 +166,10 @@ if ! cmp -s "$new_conf" "$CONF"; then
   log "wrote $CONF"
 fi
 rm -f "$new_conf"
-if [ -s "$new_gres" ]; then
-  if ! cmp -s "$new_gres" "$GRES_CONF"; then
-    install -m 0644 "$new_gres" "$GRES_CONF"
-    conf_changed=1
-    log "wrote $GRES_CONF ($SLURM_GPUS GPUs on /dev/hpcf-gpu*)"
-  fi
-elif [ -e "$GRES_CONF" ]; then
-  rm -f "$GRES_CONF"
+if gres_differs "$new_gres" "$GRES_CONF"; then
+  put_gres "$new_gres" "$GRES_CONF"
   conf_changed=1
+  [ ! -s "$new_gres" ] || log "wrote $GRES_CONF ($SLURM_GPUS GPUs on /dev/hpcf-gpu*)"
 fi
 rm -f "$new_gres"
 
