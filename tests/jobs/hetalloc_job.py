@@ -42,9 +42,9 @@ def main():
             on_gpus = list(ex.map(hpcfutures.task(on_a_gpu, gpus=1), [0.3] * 8))
             print("GPU CALLS", sorted(set(on_gpus)), flush=True)
             owners = {(host, pid): tuple(seen) for host, _, pid, seen in on_gpus}
+            gpu_hosts = {host for host, _ in owners}
             ok &= (all(len(seen) == 1 for *_, seen in on_gpus)
-                   and len({host for host, *_ in on_gpus}) == 1
-                   and {host for host, *_ in on_gpus} < hosts
+                   and len(gpu_hosts) == 1 and gpu_hosts < hosts
                    and len(owners) == 2 and len(set(owners.values())) == 2)
     print("HETALLOC OK" if ok else f"HETALLOC FAILED {ran}", flush=True)
 
