@@ -38,3 +38,46 @@ def test_a_timeout_inside_the_coroutine_reaches_the_caller_as_the_builtin_timeou
     with pytest.raises(TimeoutError) as caught:
         loop.run_sync(waits_too_short(), 5)
     assert type(caught.value) is TimeoutError
+
+
+
+@pytest.mark.timeout(60)
+def test_a_dask_client_cancelled_while_reconnecting_as_the_loop_stops_logs_no_error():
+    """Seen in CI: a client Ctrl-C'd while its Dask client was reconnecting to the
+    scheduler that the same Ctrl-C had stopped.  The loop's teardown cancelled the
+    reconnect, and Dask's ``log_errors`` (around ``Client._reconnect``) logged the
+    ``CancelledError`` at ERROR on ``distributed.client``, a logger whose level
+    Dask sets itself.  Dask's levels are back afterwards."""
+    import logging
+
+    from distributed import Client, Scheduler
+
+    heard: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append(record)
+
+    dask_client = logging.getLogger("distributed.client")
+    keep = Keep(logging.ERROR)
+    dask_client.addHandler(keep)
+    thread = LoopThread("test-loop")
+
+    async def lose_the_scheduler():
+        scheduler = await Scheduler(host="127.0.0.1", port=0, dashboard_address=None)
+        client = await Client(scheduler.address, asynchronous=True, timeout=600,
+                              set_as_default=False)
+        await scheduler.close()
+        while client.status != "connecting":  # Dask's _reconnect has begun
+            await asyncio.sleep(0.01)
+
+    try:
+        level = dask_client.level
+        thread.run_sync(lose_the_scheduler(), 30)
+        thread.stop(10)
+        assert not thread._thread.is_alive()
+        assert [record for record in heard if record.exc_info] == [], \
+            [record.getMessage() for record in heard]
+        assert dask_client.level == level
+    finally:
+        dask_client.removeHandler(keep)

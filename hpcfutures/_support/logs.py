@@ -10,13 +10,15 @@ warnings and errors only, without those duplicate reports;
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
+from collections.abc import Iterator
 
 __all__ = [
-    "configure_rank_logging", "quiet_dask_logging", "quiet_for_shutdown", "rank_log_path",
-    "where_to_read",
+    "configure_rank_logging", "dask_silenced", "quiet_dask_logging", "quiet_for_shutdown",
+    "rank_log_path", "where_to_read",
 ]
 
 #: The variable naming the directory of per-rank log files.
@@ -143,14 +145,51 @@ def quiet_dask_logging(environ=os.environ) -> None:
             target.addFilter(_DropAbandonedHandshake())
 
 
+def _dask_loggers_with_levels() -> list[logging.Logger]:
+    """Dask's loggers that decide their own level.
+
+    The roots, and the children to which Dask's configuration gives a level of
+    their own (``distributed.client`` at WARNING, ``tornado.application`` at
+    ERROR): a level set on the root does not reach those.
+    """
+    found = [logging.getLogger(name) for name in _DASK_LOGGERS]
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (isinstance(logger, logging.Logger) and logger.level != logging.NOTSET
+                and name.startswith(tuple(f"{root}." for root in _DASK_LOGGERS))):
+            found.append(logger)
+    return found
+
+
 def quiet_for_shutdown() -> None:
     """Once the launch is ending, Dask's complaints about closing connections are noise.
 
     Called when the verdict is known (scheduler and workers); hpcfutures' own
-    logger, which says how the launch ended, is not affected.
+    logger, which says how the launch ended, is not affected.  (Seen in CI: a
+    Ctrl-C'd client whose Dask client was reconnecting to the scheduler that the
+    same Ctrl-C had stopped; the loop's teardown cancelled that reconnect, and
+    ``distributed.client``, which keeps its own level, logged the
+    ``CancelledError`` as an error.)
     """
-    for name in _DASK_LOGGERS:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    for logger in _dask_loggers_with_levels():
+        logger.setLevel(logging.CRITICAL)
+
+
+@contextlib.contextmanager
+def dask_silenced() -> Iterator[None]:
+    """Dask says nothing inside this block; its levels are restored afterwards.
+
+    For tearing down what hpcfutures itself is ending: a task of Dask's that the
+    loop's teardown cancels is no error of the user's.
+    """
+    loggers = _dask_loggers_with_levels()
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 _RANK_HANDLERS: list[logging.Handler] = []

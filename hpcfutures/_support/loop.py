@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from .logs import quiet_for_shutdown
+from .logs import dask_silenced, quiet_for_shutdown
 
 __all__ = ["LoopThread", "run_until_complete", "stop_on_signals"]
 
@@ -92,9 +92,14 @@ class LoopThread:
 def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop, grace: float = 1.0) -> None:
     """Cancel what still runs on a stopping loop, and let it unwind briefly."""
     tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in tasks:
-        task.cancel()
-    if tasks:
+    if not tasks:
+        return
+    # Dask logs a cancelled background task of its own (a client still
+    # reconnecting to a scheduler that has gone) as an error: here it is only
+    # the end of this loop.
+    with dask_silenced():
+        for task in tasks:
+            task.cancel()
         waiting = asyncio.gather(*tasks, return_exceptions=True)
         loop.run_until_complete(asyncio.wait([waiting], timeout=grace))
 
