@@ -879,6 +879,42 @@ def test_a_worker_tells_its_host_name_and_the_client_reads_it():
     run(scenario())
 
 
+def test_a_death_report_the_busy_scheduler_leaves_unanswered_is_made_again():
+    """Seen at 2,000 workers: a scheduler busy with a map and a wave of 200 deaths
+    answered none of the watchers' reports in time, each was given up after one
+    try, and the client waited out its whole window for every one of them."""
+    certificate = {"worker": "tls://10.0.0.9:4321", "who": "rank 7 (worker) on node3",
+                   "how": "signal", "signal": "SIGKILL", "status": None, "culprit": None,
+                   "running": [], "report": ""}
+
+    async def scenario() -> None:
+        async with live(workers=1, expected_workers=1) as cluster:
+            handlers = cluster.scheduler.handlers
+            record, tries = handlers[_dask.deaths.DEATH_OP], []
+
+            async def busy_at_first(certificate: dict[str, Any]) -> str:
+                tries.append(time.monotonic())
+                if len(tries) == 1:  # the scheduler gets to it only after the sender gave up
+                    await asyncio.sleep(1.0)
+                    return "too late"
+                return record(certificate)
+
+            handlers[_dask.deaths.DEATH_OP] = busy_at_first
+            assert await _dask.report_death(cluster.service.address, certificate, 0.3)
+            assert len(tries) == 2
+            answer = await _dask.death_certificate(cluster.client, certificate["worker"], 0)
+            assert answer["certificate"]["how"] == "signal"
+            # Nobody answers at all: the report gives up when told to, with the error.
+            handlers[_dask.deaths.DEATH_OP] = lambda certificate: asyncio.sleep(30)
+            started = time.monotonic()
+            with pytest.raises((OSError, asyncio.TimeoutError)):
+                await _dask.report_death(cluster.service.address, certificate, 0.2,
+                                         keep_trying=1.0)
+            assert time.monotonic() - started < 3
+
+    run(scenario())
+
+
 def test_a_running_tasks_key_is_dasks_thread_state_key():
     async def scenario() -> None:
         async with live(workers=1) as cluster:

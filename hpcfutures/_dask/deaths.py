@@ -33,6 +33,7 @@ from distributed.comm.core import connect
 from distributed.core import send_recv
 from distributed.scheduler import KilledWorker
 
+from .._support.patience import jittered
 from .._support.waves import WaveLog, count_causes
 from ._common import make_security, scheduler_rpc
 from .client import Knock, listening
@@ -71,16 +72,42 @@ def lost_worker(exc: BaseException | None) -> tuple[str, str] | None:
 
 
 async def report_death(address: str, certificate: dict[str, Any], timeout: float,
-                       credentials: Mapping[str, str] | None = None) -> bool:
-    """From a dead worker's watcher: hand the scheduler at ``address`` the certificate."""
+                       credentials: Mapping[str, str] | None = None, *,
+                       keep_trying: float = CERTIFICATES_EXPECTED_FOR) -> bool:
+    """From a dead worker's watcher: hand the scheduler at ``address`` the certificate.
+
+    Each try waits up to ``timeout`` s.  One that goes unanswered while the
+    scheduler's port still accepts connections (it is there, and busy) is made
+    again, a second or so later, until ``keep_trying`` s have passed: a
+    scheduler busy with a map and a wave of deaths (hundreds of watchers
+    reporting at once) may answer none of them in time, and a report given up
+    after one try left every dead worker of the wave uncertified (none of 200
+    at 2,000 workers, once), so the client waited out its whole window for
+    each.  A scheduler that cannot be reached at all (its node's network is
+    down) gets one try, as a watcher must not outlive its launch by much.
+    """
     security = make_security(credentials)
-    # A look at the port first: a scheduler that has gone (the launch ended
-    # meanwhile) refuses at once, where connect() would retry for the whole
-    # timeout.  TCP only: a TLS knock cost the scheduler a second handshake per
-    # report, and a wave of hundreds of reports queued behind them.
-    if await listening(address, timeout) is Knock.REFUSED:
-        return False
     args = security.get_connection_args("client") if security is not None else {}
+    deadline = time.monotonic() + keep_trying
+    while True:
+        # A look at the port first: a scheduler that has gone (the launch ended
+        # meanwhile) refuses at once, where connect() would retry for the whole
+        # timeout.  TCP only: a TLS knock cost the scheduler a second handshake per
+        # report, and a wave of hundreds of reports queued behind them.
+        knock = await listening(address, timeout)
+        if knock is Knock.REFUSED:
+            return False
+        try:
+            return await _hand_over(address, certificate, timeout, args)
+        except (OSError, asyncio.TimeoutError):
+            left = deadline - time.monotonic()
+            if knock is not Knock.ANSWERED or left <= 0:
+                raise
+            await asyncio.sleep(min(jittered(1.0), left))
+
+
+async def _hand_over(address: str, certificate: dict[str, Any], timeout: float,
+                     args: dict[str, Any]) -> bool:
     comm = await connect(address, timeout=timeout, **args)
     try:
         reply: object = await asyncio.wait_for(
