@@ -253,6 +253,25 @@ def test_a_client_stopped_by_sigterm_silences_dask_but_still_says_why():
             logging.getLogger(name).setLevel(level)
 
 
+def test_a_launch_after_one_that_ended_silenced_hears_dask_again():
+    """quiet_for_shutdown silences the loggers to which Dask gives levels of their own
+    (distributed.client, tornado.application); the next launch in the same process
+    (a second executor after a Ctrl-C'd first) gets Dask's levels back."""
+    import logging
+
+    from hpcfutures._support.logs import quiet_dask_logging, quiet_for_shutdown
+
+    quiet_dask_logging({})
+    levels = {name: logging.getLogger(name).level
+              for name in ("distributed.client", "tornado.application")}
+    quiet_for_shutdown()
+    assert not logging.getLogger("distributed.client").isEnabledFor(logging.ERROR)
+    quiet_dask_logging({})
+    assert {name: logging.getLogger(name).level for name in levels} == levels
+    assert logging.getLogger("distributed.client").isEnabledFor(logging.ERROR)
+    assert logging.getLogger("tornado.application").isEnabledFor(logging.ERROR)
+
+
 def test_a_given_up_tls_connect_that_its_peer_then_closes_prints_no_traceback():
     """Tornado before 6.6 raised CancelledError out of its own close here, and asyncio
     printed the traceback (seen on a node whose link came back mid-launch)."""

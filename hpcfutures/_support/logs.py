@@ -126,7 +126,14 @@ class _DropAbandonedHandshake(logging.Filter):
 
 
 def quiet_dask_logging(environ=os.environ) -> None:
-    """Apply hpcfutures' default level to Dask's loggers (idempotent)."""
+    """Apply hpcfutures' default level to Dask's loggers (idempotent).
+
+    A process whose earlier launch ended silenced (:func:`quiet_for_shutdown`)
+    gets Dask's own levels back first: a second executor opened after a first
+    one was stopped by Ctrl-C hears Dask's errors again."""
+    for name, before in _BEFORE_SHUTDOWN.items():
+        logging.getLogger(name).setLevel(before)
+    _BEFORE_SHUTDOWN.clear()
     level = environ.get("HPCFUTURES_DASK_LOG_LEVEL", "WARNING").upper()
     for name in _DASK_LOGGERS:
         logging.getLogger(name).setLevel(level)
@@ -171,7 +178,12 @@ def quiet_for_shutdown() -> None:
     ``CancelledError`` as an error.)
     """
     for logger in _dask_loggers_with_levels():
+        _BEFORE_SHUTDOWN.setdefault(logger.name, logger.level)
         logger.setLevel(logging.CRITICAL)
+
+
+#: The levels :func:`quiet_for_shutdown` replaced, by logger (for the next launch).
+_BEFORE_SHUTDOWN: dict[str, int] = {}
 
 
 @contextlib.contextmanager
