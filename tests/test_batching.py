@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import math
 import pickle
 import tracemalloc
 from unittest import mock
 
 import pytest
 
-from hpcfutures._facade.core import batching
+from hpcfutures._facade.core import batching, pacing
 from hpcfutures._facade.core.arguments import (
     futures_in,
     plain_rows,
@@ -28,7 +29,7 @@ from hpcfutures._facade.core.bundles import SubmitStream
 from hpcfutures._facade.core.futures import TaskFuture
 from hpcfutures._facade.core.mapping import Rest
 from hpcfutures._facade.maps import _map_calls
-from hpcfutures._remote.calls import Rows, run_chunk_task
+from hpcfutures._remote.calls import Rows, run_bundle, run_chunk_task
 
 
 def square(x):
@@ -189,6 +190,113 @@ def test_a_small_launch_keeps_groups_of_fifty_milliseconds():
     batcher.open(stream)
     stream.next_size = 1000
     assert set(sizes(batcher.plan())) == {5}
+
+
+class Clock:
+    """Seconds as the test says they pass."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def come_back(batcher: Batcher, clock: Clock, groups: int, seconds: float, busy: float,
+              idle: float, *, first_round: bool = False, waiting: int = 10**6) -> Stream:
+    """``groups`` groups of a map with ``waiting`` calls still waiting come back evenly
+    over ``seconds``, each after ``busy`` s of work, their threads idle ``idle`` s
+    before it; past the map's first round unless ``first_round``."""
+    stream = Stream(square, range(waiting))
+    batcher.open(stream)
+    if not first_round:
+        stream.returned = batcher.budget()
+    for _ in range(groups):
+        stream.in_flight += 1
+        batcher._in_flight += 1
+        clock.now += seconds / groups
+        batcher.done(stream, [], busy, idle)
+    return stream
+
+
+def test_a_large_launch_whose_threads_wait_for_groups_sizes_them_for_what_it_sustains():
+    """1,000 hosted workers on two cores took about 350 tasks a second, not the
+    1,000 the pace assumed: their threads waited for groups as long as they ran
+    them.  A thread's cycle (work, then wait) is then what the launch hands out at,
+    and groups carry a little more than that."""
+    clock = Clock()
+    batcher = Batcher(Threads(1000), clock=clock)
+    assert batcher.pace() == pytest.approx(1.0)
+    come_back(batcher, clock, 300, 1.2, busy=1.0, idle=1.5)  # threads busy 40 % of the time
+    assert batcher.pace() == pytest.approx(pacing.HEADROOM * 2.5)
+    stream = Stream(square, range(100_000))
+    batcher.durations.record(square, 0.5)
+    batcher.open(stream)
+    stream.next_size = 1000
+    assert set(sizes(batcher.plan())) == {math.ceil(batcher.pace() / 0.5)}
+    # Threads busy again, all the time: the pace shortens, window by window, to the nominal one.
+    windows = 0
+    while batcher.pace() > 1.0:
+        come_back(batcher, clock, 300, 1.2, busy=4.0, idle=0.01)
+        windows += 1
+        assert windows < 10
+    assert batcher.pace() == pytest.approx(1.0)
+
+
+def test_threads_that_compute_nearly_all_the_time_leave_the_pace_alone():
+    clock = Clock()
+    batcher = Batcher(Threads(1000), clock=clock)
+    come_back(batcher, clock, 500, 2.0, busy=1.0, idle=0.1)  # 91 % busy
+    assert batcher.pacing.learnt is None and batcher.pace() == pytest.approx(1.0)
+
+
+def test_a_small_launch_never_learns_a_pace_from_its_round_trips():
+    """Eight threads' idle time between groups is their round trip, not a queue."""
+    clock = Clock()
+    batcher = Batcher(Threads(8), clock=clock)
+    come_back(batcher, clock, 500, 2.0, busy=0.01, idle=0.05)
+    assert batcher.pacing.learnt is None
+    assert batcher.pace() == pytest.approx(8 / batching.TASKS_PER_SECOND)
+
+
+def test_a_maps_first_round_and_its_end_teach_nothing():
+    """The first round goes out at once and waits for the scheduler to hand the whole
+    burst out; at a map's end idle threads take over groups queued elsewhere."""
+    clock = Clock()
+    batcher = Batcher(Threads(1000), clock=clock)
+    come_back(batcher, clock, 500, 2.0, busy=1.0, idle=3.0, first_round=True)
+    come_back(batcher, clock, 500, 2.0, busy=1.0, idle=3.0, waiting=0)
+    assert batcher.pacing.learnt is None
+
+
+def test_a_wrong_reading_costs_at_most_the_ceiling():
+    clock = Clock()
+    batcher = Batcher(Threads(1000), clock=clock)
+    come_back(batcher, clock, 300, 6.0, busy=0.1, idle=50.0)
+    assert batcher.pace() == pytest.approx(pacing.CEILING * 1.0)
+
+
+def test_a_thread_idle_before_its_group_was_sent_had_nothing_to_do():
+    # Idle 30 s (the previous map ended then), the group sent 0.2 s before it began.
+    assert pacing.waited(30.0, sent_at=100.0, busy=1.0, now=101.2) == pytest.approx(0.2)
+    assert pacing.waited(0.01, sent_at=100.0, busy=1.0, now=103.0) == pytest.approx(0.01)
+    assert pacing.waited(None, sent_at=100.0, busy=1.0, now=101.0) is None
+    assert pacing.waited(0.5, sent_at=None, busy=1.0, now=101.0) is None
+
+
+def test_workers_say_how_long_their_thread_waited_for_each_group():
+    def on_a_fresh_thread() -> tuple:
+        first = run_chunk_task(square, ([(2,), (3,)],), {})
+        second = run_chunk_task(square, ([(4,)],), {})
+        bundle = run_bundle([(square, (5,), {})])
+        return first, pickle.loads(pickle.dumps(second)), pickle.loads(pickle.dumps(bundle))
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        first, second, bundle = pool.submit(on_a_fresh_thread).result()
+    assert first.idle is None  # the thread's first group
+    assert first.values == [4, 9] and second.values == [16]
+    assert second.idle is not None and 0 <= second.idle < 1
+    assert bundle.idle is not None and 0 <= bundle.idle < 1 and bundle.results == [(True, 25)]
 
 
 def test_an_unmeasured_function_on_a_large_launch_is_probed_not_flooded():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -128,6 +129,8 @@ class ChunkOutcome:
     error: BaseException | None = None
     #: Seconds the chunk took on the worker: the client sizes later chunks by it.
     seconds: float = 0.0
+    #: Seconds its thread sat idle before it began (None: the thread's first group).
+    idle: float | None = None
 
     def __getstate__(self) -> dict:
         # Packed once: first to see whether it is small (express.py), then by Dask.
@@ -136,12 +139,14 @@ class ChunkOutcome:
             packed = _dumps_or_none((self.values, self.error))
             if packed is None:
                 packed = cloudpickle.dumps(self._repaired())
-            state = self.__dict__["_state"] = {"packed": packed, "seconds": self.seconds}
+            state = self.__dict__["_state"] = {"packed": packed, "seconds": self.seconds,
+                                               "idle": self.idle}
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.values, self.error = cloudpickle.loads(state["packed"])
         self.seconds = state["seconds"]
+        self.idle = state.get("idle")
 
     def _repaired(self) -> tuple[list, BaseException | None]:
         for index, value in enumerate(self.values):
@@ -229,10 +234,15 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
     it, and ends with its error).
     """
     chunk = args[0]
-    if isinstance(chunk, Rows):
-        outcome = run_chunk(fn, chunk.items, chunk.spread)
-    else:
-        outcome = run_chunk(fn, chunk)
+    idle = _idle_before()
+    try:
+        if isinstance(chunk, Rows):
+            outcome = run_chunk(fn, chunk.items, chunk.spread)
+        else:
+            outcome = run_chunk(fn, chunk)
+    finally:
+        _group_ended()
+    outcome.idle = idle
     then = kwargs.get("then")
     if outcome.error is None and then is not None:
         outcome.error = then
@@ -249,6 +259,8 @@ class BundleOutcome:
 
     results: list
     seconds: list
+    #: Seconds its thread sat idle before it began (None: the thread's first group).
+    idle: float | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.get("_state")  # packed once: see ChunkOutcome
@@ -256,12 +268,14 @@ class BundleOutcome:
             packed = _dumps_or_none(self.results)
             if packed is None:
                 packed = cloudpickle.dumps([_sendable(i, r) for i, r in enumerate(self.results)])
-            state = self.__dict__["_state"] = {"packed": packed, "seconds": self.seconds}
+            state = self.__dict__["_state"] = {"packed": packed, "seconds": self.seconds,
+                                               "idle": self.idle}
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.results = cloudpickle.loads(state["packed"])
         self.seconds = state["seconds"]
+        self.idle = state.get("idle")
 
 
 def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
@@ -280,6 +294,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
     refuse_if_failed()
     results: list = []
     seconds: list = []
+    idle = _idle_before()
     mark = running(next((fn for fn, *_ in calls if fn is not fail_with), None))
     try:
         for index, (fn, args, kwargs) in enumerate(calls):
@@ -296,7 +311,24 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
             seconds.append(time.perf_counter() - started)
     finally:
         finished()
-    return _sent_ahead(BundleOutcome(results, seconds))
+        _group_ended()
+    return _sent_ahead(BundleOutcome(results, seconds, idle))
+
+
+#: Per worker thread: when its latest group ended (``perf_counter``).
+_THREAD_MARKS = threading.local()
+
+
+def _idle_before() -> float | None:
+    """Seconds this worker thread sat idle since its previous group ended; None for
+    its first.  The client learns from it whether the launch keeps its threads fed
+    (``_facade/core/pacing.py``)."""
+    ended = getattr(_THREAD_MARKS, "ended", None)
+    return None if ended is None else max(0.0, time.perf_counter() - ended)
+
+
+def _group_ended() -> None:
+    _THREAD_MARKS.ended = time.perf_counter()
 
 
 def fail_with(error: BaseException) -> Any:

@@ -25,14 +25,18 @@ ask the scheduler for T/S tasks a second, and the scheduler and the client
 manage about :data:`TASKS_PER_SECOND` together, so a group carries at least
 T / :data:`TASKS_PER_SECOND` seconds of work (the *pace*): 50 ms up to 50
 threads, 1 s at 1,000, 10 s at 10,000, at the end of a map too (smaller groups
-there would only queue at the scheduler).  An unmeasured function is probed
-by at most :data:`PROBES` one-call groups; the other places of the first
-round take a fair share of what is left, as ``chunksize`` would, so a launch
-of 10,000 threads starts with as many tasks, not 20,000 single calls.
+there would only queue at the scheduler).  A launch that sustains less (its
+threads wait for their next group longer than they should) shows it in the
+groups that come back, and the pace follows what it sustains (``pacing.py``).
+An unmeasured function is probed by at most :data:`PROBES` one-call groups;
+the other places of the first round take a fair share of what is left, as
+``chunksize`` would, so a launch of 10,000 threads starts with as many tasks,
+not 20,000 single calls.
 
-The engine holds no Dask object and reads no clock: the workers measure each
-call, the owner of a group feeds the seconds back through :meth:`Batcher.done`,
-and the unit tests drive it with made-up durations.
+The engine holds no Dask object: the workers measure each call (and how long
+their thread waited for it), the owner of a group feeds the seconds back
+through :meth:`Batcher.done`, and the unit tests drive it with made-up
+durations and a made-up clock.
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ import collections
 import itertools
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .durations import Durations
+from .pacing import Pacing
 
 __all__ = ["Batcher", "Stream"]
 
@@ -91,6 +97,8 @@ class Stream:
         self.next_size = self.min_size
         self.in_flight = 0
         self.last_served = -1
+        #: Groups that came back (the first round's tell nothing of the pace: see done).
+        self.returned = 0
 
     def head_fn(self) -> Callable[..., Any] | None:
         """The function of the first waiting call; None when nothing waits."""
@@ -113,8 +121,11 @@ class Stream:
 class Batcher:
     """Cuts groups off every open stream within one in-flight budget (thread-safe)."""
 
-    def __init__(self, threads: Callable[[], int], durations: Durations | None = None) -> None:
+    def __init__(self, threads: Callable[[], int], durations: Durations | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._threads = threads
+        #: The pace the launch sustains, learnt from the groups that come back.
+        self.pacing = Pacing(clock)
         #: Seconds per call by function, shared by every stream for the executor's life.
         self.durations = durations if durations is not None else Durations()
         self._streams: list[Stream] = []
@@ -176,8 +187,9 @@ class Batcher:
 
     def pace(self) -> float:
         """Seconds of work a group carries at least, so that every thread finishing
-        its groups asks no more than :data:`TASKS_PER_SECOND` tasks of the scheduler."""
-        return max(1, self._threads()) / TASKS_PER_SECOND
+        its groups asks no more tasks of the scheduler than the launch sustains
+        (:data:`TASKS_PER_SECOND` until it shows otherwise: ``pacing.py``)."""
+        return self.pacing.pace(max(1, self._threads()) / TASKS_PER_SECOND)
 
     def drain(self) -> list[tuple[Stream, list]]:
         """Cut nothing from now on; hand back every stream with the calls it held
@@ -207,16 +219,30 @@ class Batcher:
         return groups
 
     def done(self, stream: Stream,
-             measured: Iterable[tuple[Callable[..., Any], float]] = ()) -> None:
+             measured: Iterable[tuple[Callable[..., Any], float]] = (),
+             busy: float | None = None, idle: float | None = None) -> None:
         """A group of ``stream`` came back (or was given up); learn its durations.
 
-        ``measured`` holds (function, seconds per call) pairs from the workers.
+        ``measured`` holds (function, seconds per call) pairs from the workers;
+        ``busy``: seconds the group computed; ``idle``: seconds its thread
+        waited for it while it was on its way (see ``pacing.py``).
         """
         for fn, seconds in measured:
             self.durations.record(fn, seconds)
         with self._lock:
             stream.in_flight -= 1
             self._in_flight -= 1
+            stream.returned += 1
+            threads = max(1, self._threads())
+            # What the pace is learnt from: a large launch (below, the idle time
+            # is a round trip), a stream with calls still waiting (at a map's end
+            # idle threads take over queued groups), past its first round (sent
+            # all at once, its groups waited for the scheduler to hand out the
+            # whole burst, and carried fair shares, not the pace).
+            if (busy is not None and idle is not None and stream.pending
+                    and threads / TASKS_PER_SECOND > TARGET_SECONDS
+                    and stream.returned > IN_FLIGHT_PER_THREAD * threads):
+                self.pacing.observe(busy, idle, threads)
 
     def _count_out(self, stream: Stream) -> None:
         stream.in_flight += 1

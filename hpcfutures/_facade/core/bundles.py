@@ -15,12 +15,14 @@ of its bundle on the workers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ..._remote.calls import BundleOutcome, restore_traceback, run_bundle
 from .batching import Batcher, Stream
 from .futures import TaskFuture, mark_running, settle
+from .pacing import waited
 
 __all__ = ["SubmitStream"]
 
@@ -96,6 +98,7 @@ class SubmitStream(Stream):
             self._wake()
             return
         bundle._members = [future for future, *_rest in calls]
+        bundle._sent_at = time.monotonic()
         for index, (future, *_rest) in enumerate(calls):
             future._bundle = (bundle, index)
             mark_running(future)
@@ -122,7 +125,9 @@ class SubmitStream(Stream):
                 settle(future, exception=error)
         else:
             outcome = bundle.result()
-            self._batcher.done(self, _per_function(calls, outcome))
+            busy = sum(outcome.seconds)
+            self._batcher.done(self, _per_function(calls, outcome), busy,
+                               waited(outcome.idle, bundle._sent_at, busy))
             _deliver(outcome, calls)
             # The bundle outlives this call while any of its futures lives (an
             # argument picks its value from the bundle's Dask future), so it must

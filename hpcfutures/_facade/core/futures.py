@@ -89,6 +89,10 @@ class _LeanCondition:
 class TaskFuture(cf.Future):
     """A ``concurrent.futures.Future`` for a task of an hpcfutures executor."""
 
+    #: When a group's task was sent (``time.monotonic``), for ``pacing.py``; a class
+    #: default, so that the futures of single calls (10⁶ may be held) carry nothing.
+    _sent_at: float | None = None
+
     def __init__(self) -> None:
         super().__init__()
         self._condition = _LeanCondition()  # type: ignore[assignment]  # see _LeanCondition

@@ -41,6 +41,7 @@ from ..._remote.calls import ChunkOutcome, Rows, restore_traceback
 from .arguments import futures_in, plain_rows
 from .batching import Stream
 from .futures import TaskFuture
+from .pacing import waited
 from .progress import MapProgress
 
 __all__ = ["MapRun", "Rest"]
@@ -194,6 +195,7 @@ class MapRun(Stream):
                 future._places = (range(start, end) if self._positions is None
                                   else self._positions[start:end])
                 self._in_flight[future] = self._dispatched
+                future._sent_at = time.monotonic()
                 self._dispatched += len(calls)
         if future is None:
             self._batcher.done(self)
@@ -202,6 +204,7 @@ class MapRun(Stream):
 
     def _chunk_done(self, future: Any) -> None:
         measured: list = []
+        busy = idle = None
         with self._cond:
             start = self._in_flight.pop(future, None)
             if start is None:
@@ -221,7 +224,9 @@ class MapRun(Stream):
                     self._stopped = True  # nothing after the error is ever yielded
                 elif outcome.values:
                     measured.append((self.fn, outcome.seconds / len(outcome.values)))
-            self._batcher.done(self, measured)
+                busy = outcome.seconds
+                idle = waited(outcome.idle, future._sent_at, busy)
+            self._batcher.done(self, measured, busy, idle)
             self._check_finished()
             self._cond.notify_all()
         self._bridge.wake()  # room for another chunk, of this map or another stream
