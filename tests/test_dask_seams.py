@@ -50,6 +50,7 @@ from hpcfutures._dask.mpigroups import USABLE
 from hpcfutures._dask.release import IdleRelease
 from hpcfutures._facade.core.capacity import ask_worker_memory, host_memory
 from hpcfutures._reports.summary import CALLS_ANNOTATION
+from hpcfutures._support.logs import quiet_dask_logging
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,6 +87,7 @@ def dask_log_levels() -> Iterator[None]:
     GATE.clear()
     yield
     GATE.set()
+    quiet_dask_logging({})  # Dask's own levels of its children, and the end of "shutting down"
     for log, level in zip(loggers, levels, strict=True):
         log.setLevel(level)
 

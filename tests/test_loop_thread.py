@@ -52,6 +52,9 @@ def test_a_dask_client_cancelled_while_reconnecting_as_the_loop_stops_logs_no_er
 
     from distributed import Client, Scheduler
 
+    from hpcfutures._support.logs import quiet_dask_logging
+
+    quiet_dask_logging({})  # as a launch starts (an earlier test may have ended one)
     heard: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):

@@ -259,14 +259,26 @@ def test_a_launch_after_one_that_ended_silenced_hears_dask_again():
     (a second executor after a Ctrl-C'd first) gets Dask's levels back."""
     import logging
 
-    from hpcfutures._support.logs import quiet_dask_logging, quiet_for_shutdown
+    from hpcfutures._support.logs import (
+        dask_silenced,
+        quiet_dask_logging,
+        quiet_for_shutdown,
+        shutting_down,
+    )
 
     quiet_dask_logging({})
     levels = {name: logging.getLogger(name).level
               for name in ("distributed.client", "tornado.application")}
+    assert levels == {"distributed.client": logging.WARNING,
+                      "tornado.application": logging.ERROR}  # Dask's own
     quiet_for_shutdown()
     assert not logging.getLogger("distributed.client").isEnabledFor(logging.ERROR)
+    assert shutting_down()
+    with dask_silenced():  # a moment's silence ending after the shutdown began keeps it
+        pass
+    assert not logging.getLogger("distributed.client").isEnabledFor(logging.ERROR)
     quiet_dask_logging({})
+    assert not shutting_down()
     assert {name: logging.getLogger(name).level for name in levels} == levels
     assert logging.getLogger("distributed.client").isEnabledFor(logging.ERROR)
     assert logging.getLogger("tornado.application").isEnabledFor(logging.ERROR)

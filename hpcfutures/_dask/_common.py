@@ -10,6 +10,8 @@ from typing import Any
 from distributed import Client, Security
 from distributed.batched import BatchedSend
 
+from .._support.logs import shutting_down
+
 logger = logging.getLogger("hpcfutures")
 
 VERDICT_OP = "hpcfutures-verdict"
@@ -141,5 +143,6 @@ def _silenced(*names: str) -> Iterator[None]:
     try:
         yield
     finally:
-        for log, level in zip(loggers, levels, strict=True):
-            log.setLevel(level)
+        if not shutting_down():  # else the launch's end silenced Dask meanwhile: keep it so
+            for log, level in zip(loggers, levels, strict=True):
+                log.setLevel(level)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 __all__ = [
     "configure_rank_logging", "dask_silenced", "quiet_dask_logging", "quiet_for_shutdown",
-    "rank_log_path", "where_to_read",
+    "rank_log_path", "shutting_down", "where_to_read",
 ]
 
 #: The variable naming the directory of per-rank log files.
@@ -131,9 +131,10 @@ def quiet_dask_logging(environ=os.environ) -> None:
     A process whose earlier launch ended silenced (:func:`quiet_for_shutdown`)
     gets Dask's own levels back first: a second executor opened after a first
     one was stopped by Ctrl-C hears Dask's errors again."""
-    for name, before in _BEFORE_SHUTDOWN.items():
-        logging.getLogger(name).setLevel(before)
-    _BEFORE_SHUTDOWN.clear()
+    global _shutting_down
+    for name, own in _dask_own_levels().items():
+        logging.getLogger(name).setLevel(own)
+    _shutting_down = False
     level = environ.get("HPCFUTURES_DASK_LOG_LEVEL", "WARNING").upper()
     for name in _DASK_LOGGERS:
         logging.getLogger(name).setLevel(level)
@@ -177,13 +178,32 @@ def quiet_for_shutdown() -> None:
     ``distributed.client``, which keeps its own level, logged the
     ``CancelledError`` as an error.)
     """
+    global _shutting_down
+    _dask_own_levels()
+    _shutting_down = True
     for logger in _dask_loggers_with_levels():
-        _BEFORE_SHUTDOWN.setdefault(logger.name, logger.level)
         logger.setLevel(logging.CRITICAL)
 
 
-#: The levels :func:`quiet_for_shutdown` replaced, by logger (for the next launch).
-_BEFORE_SHUTDOWN: dict[str, int] = {}
+def shutting_down() -> bool:
+    """Whether :func:`quiet_for_shutdown` silenced Dask for the rest of this launch:
+    a block that silenced Dask for a moment must then leave it silent (the
+    shutdown may have begun, on another thread, while the block ran)."""
+    return _shutting_down
+
+
+_shutting_down = False
+#: Dask's loggers that have levels of their own, with Dask's levels, as first seen
+#: (before hpcfutures changed any): what the next launch in this process starts from.
+_OWN_LEVELS: dict[str, int] = {}
+
+
+def _dask_own_levels() -> dict[str, int]:
+    if not _OWN_LEVELS:
+        _OWN_LEVELS.update({logger.name: logger.level
+                            for logger in _dask_loggers_with_levels()
+                            if logger.name not in _DASK_LOGGERS})
+    return _OWN_LEVELS
 
 
 @contextlib.contextmanager
@@ -200,8 +220,9 @@ def dask_silenced() -> Iterator[None]:
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+        if not _shutting_down:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
 
 
 _RANK_HANDLERS: list[logging.Handler] = []
