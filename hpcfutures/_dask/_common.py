@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from distributed import Client, Security
 from distributed.batched import BatchedSend
-
-from .._support.logs import shutting_down
 
 logger = logging.getLogger("hpcfutures")
 
@@ -131,18 +128,3 @@ class _OneContextPerRole(Security):
 
 #: The process's Security for each launch's credentials (a process has one or two).
 _SECURITIES: dict[tuple[str, str], Security] = {}
-
-
-@contextlib.contextmanager
-def _silenced(*names: str) -> Iterator[None]:
-    """Dask's loggers ``names`` say nothing inside this block."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        if not shutting_down():  # else the launch's end silenced Dask meanwhile: keep it so
-            for log, level in zip(loggers, levels, strict=True):
-                log.setLevel(level)

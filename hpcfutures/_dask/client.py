@@ -20,6 +20,7 @@ from distributed.core import send_recv
 
 from .._errors import LauncherError, VersionMismatchError
 from .._support.environment import MISMATCH_MARK
+from .._support.logs import dask_silenced
 from .._support.waves import WaveLog
 from . import tuning
 from ._common import (
@@ -29,7 +30,6 @@ from ._common import (
     STARTUP_FAILED_OP,
     STARTUP_TOPIC,
     _hurry,
-    _silenced,
     scheduler_rpc,
 )
 from .cluster import cluster_size
@@ -295,7 +295,7 @@ async def finish_client(client: Client, status: int, timeout: float = 5.0, *,
     # distributed.utils_comm: gathers still in flight when the client closes fail with
     # "ConnectionPool is closed", a traceback each (15 after a map of 1,000 calls on 148
     # workers): nobody waits for those results any more.
-    with _silenced("distributed.client", "distributed.comm", "distributed.core",
+    with dask_silenced("distributed.client", "distributed.comm", "distributed.core",
                    "distributed.utils_comm"):
         if client.status == "running":
             with contextlib.suppress(Exception):

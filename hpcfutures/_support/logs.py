@@ -207,13 +207,16 @@ def _dask_own_levels() -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def dask_silenced() -> Iterator[None]:
-    """Dask says nothing inside this block; its levels are restored afterwards.
+def dask_silenced(*names: str) -> Iterator[None]:
+    """Dask's loggers ``names`` (every one with a level of its own, if none is
+    named) say nothing inside this block; their levels are restored afterwards,
+    unless the launch's shutdown silenced Dask meanwhile (see :func:`shutting_down`).
 
-    For tearing down what hpcfutures itself is ending: a task of Dask's that the
-    loop's teardown cancels is no error of the user's.
+    For what hpcfutures itself is ending: a task of Dask's that the loop's
+    teardown cancels, the client's goodbye to a scheduler that may be gone.
     """
-    loggers = _dask_loggers_with_levels()
+    loggers = ([logging.getLogger(name) for name in names] if names
+               else _dask_loggers_with_levels())
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)

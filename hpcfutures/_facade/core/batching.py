@@ -233,14 +233,15 @@ class Batcher:
             stream.in_flight -= 1
             self._in_flight -= 1
             stream.returned += 1
-            threads = max(1, self._threads())
+            if busy is None or idle is None or not stream.pending:
+                return
             # What the pace is learnt from: a large launch (below, the idle time
             # is a round trip), a stream with calls still waiting (at a map's end
             # idle threads take over queued groups), past its first round (sent
             # all at once, its groups waited for the scheduler to hand out the
             # whole burst, and carried fair shares, not the pace).
-            if (busy is not None and idle is not None and stream.pending
-                    and threads / TASKS_PER_SECOND > TARGET_SECONDS
+            threads = max(1, self._threads())
+            if (threads / TASKS_PER_SECOND > TARGET_SECONDS
                     and stream.returned > IN_FLIGHT_PER_THREAD * threads):
                 self.pacing.observe(busy, idle, threads)
 

@@ -102,6 +102,7 @@ class Pacing:
             self.learnt /= RELAX
         self._since, self._groups, self._busy, self._idle = now, 0, 0.0, 0.0
 
+
 def waited(idle: float | None, sent_at: float | None, busy: float,
            now: float | None = None) -> float | None:
     """Seconds a group's thread sat idle for want of it: what its worker measured
