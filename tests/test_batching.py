@@ -158,15 +158,23 @@ def test_durations_are_learned_from_what_groups_report():
 
 
 # ------------------------------------------------ groups follow the cluster
-def test_a_large_launch_groups_calls_at_its_pace_to_the_end_of_a_map():
-    """1,000 threads asking for a task every 50 ms would want 20,000 tasks a second;
-    groups of one second of work (1,000 threads / TASKS_PER_SECOND) ask 1,000."""
+def test_a_large_launch_sends_a_maps_first_round_in_fair_shares_then_the_rest_at_its_pace():
+    """1,000 threads asking for a task every 50 ms would want 20,000 tasks a second.
+    The first round (two places a thread) carries a fair share of the map each, as
+    ``chunksize`` would; what comes after it goes in groups of one second of work
+    (1,000 threads / TASKS_PER_SECOND), to the very end."""
     batcher = engine(threads=1000, square=0.05)
     assert batcher.pace() == pytest.approx(1000 / batching.TASKS_PER_SECOND)
     calls_per_group = round(batcher.pace() / 0.05)
     stream = Stream(square, range(100_000))
     batcher.open(stream)
     stream.next_size = 1000
+    first = batcher.plan()
+    assert len(first) == batcher.budget() and set(sizes(first)) == {50}
+    assert not stream.pending  # the whole map, in 2,000 tasks
+    batcher.extend(stream, list(range(10_000)))  # more calls, as buffersize reads them
+    for _ in range(10):
+        batcher.done(stream)
     assert set(sizes(batcher.plan())) == {calls_per_group}
     tail = Stream(square, range(1000))  # fewer calls than threads: still at the pace
     other = engine(threads=1000, square=0.05)
@@ -175,9 +183,19 @@ def test_a_large_launch_groups_calls_at_its_pace_to_the_end_of_a_map():
     assert sizes(other.plan()) == [calls_per_group] * (1000 // calls_per_group)
 
 
+def test_a_first_rounds_share_stops_at_the_longest_pace_the_launch_may_learn():
+    """A map of 10^6 calls of 0.5 s on 1,000 threads is not cut into 2,000 groups of
+    four minutes: groups carry at most CEILING times the nominal pace."""
+    batcher = engine(threads=1000, square=0.5)
+    stream = Stream(square, range(1_000_000))
+    batcher.open(stream)
+    stream.next_size = 1000
+    assert set(sizes(batcher.plan())) == {int(pacing.CEILING * batcher.pace() / 0.5)}
+
+
 def test_the_pace_is_a_floor_calls_longer_than_half_of_it_go_two_by_two():
     batcher = engine(threads=1000, square=0.6)  # measured a little over 0.5 s
-    stream = Stream(square, range(20_000))
+    stream = Stream(square, range(2000))  # a fair share of one call: the pace decides
     batcher.open(stream)
     stream.next_size = 1
     assert set(sizes(batcher.plan())) == {2}
@@ -229,7 +247,7 @@ def test_a_large_launch_whose_threads_wait_for_groups_sizes_them_for_what_it_sus
     assert batcher.pace() == pytest.approx(1.0)
     come_back(batcher, clock, 300, 1.2, busy=1.0, idle=1.5)  # threads busy 40 % of the time
     assert batcher.pace() == pytest.approx(pacing.HEADROOM * 2.5)
-    stream = Stream(square, range(100_000))
+    stream = Stream(square, range(3500))  # a fair share of one call: the pace decides
     batcher.durations.record(square, 0.5)
     batcher.open(stream)
     stream.next_size = 1000
@@ -301,15 +319,35 @@ def test_workers_say_how_long_their_thread_waited_for_each_group():
 
 def test_an_unmeasured_function_on_a_large_launch_is_probed_not_flooded():
     """The first round of a 20,000-call map on 1,000 threads: a hundred one-call
-    probes, then fair shares of the rest, one task per place, every thread busy."""
+    probes, then equal shares of the rest, one task per place, every thread busy."""
     batcher = engine(threads=1000)
     stream = Stream(slow, range(20_000))
     batcher.open(stream)
     first = sizes(batcher.plan())
     assert len(first) == batcher.budget() == 2000
     assert first[:batching.PROBES] == [1] * batching.PROBES
-    assert min(first[batching.PROBES:]) > 1
-    assert sum(first) > 10_000  # over half the map goes out in 2,000 tasks
+    # 19,900 calls over 1,900 places: ten each, the same for the last place as the
+    # first (a share of what is left at each cut would send only ~60 % of the map).
+    assert set(first[batching.PROBES:]) == {19_900 // 1900}
+    assert len(stream.pending) == 20_000 - sum(first) < 1000
+    # The probes come back: the function is known, the rest goes at the pace.
+    batcher.durations.record(slow, 0.5)
+    for _ in range(batching.PROBES):
+        batcher.done(stream)
+    assert set(sizes(batcher.plan())) == {round(batcher.pace() / 0.5)}
+
+
+def test_a_map_started_while_another_holds_every_place_gets_shares_not_the_whole_map():
+    batcher = engine(threads=1000)
+    busy = Stream(slow, range(100_000))
+    batcher.open(busy)
+    assert len(batcher.plan()) == batcher.budget()
+    late = Stream(cube, range(20_000))
+    batcher.open(late)
+    for _ in range(batching.PROBES + 10):  # places free up one by one
+        batcher.done(busy)
+    groups = [(stream, calls) for stream, calls in batcher.plan() if stream is late]
+    assert sizes(groups) == [1] * batching.PROBES + [(20_000 - batching.PROBES) // 1900] * 10
 
 
 # -------------------------------------------------------- the submit stream

@@ -44,7 +44,10 @@ def nap_second(x):  # a function of its own: each is measured apart
     return x
 
 
-NAPS = [nap_first, nap_second]
+#: Two maps of calls as long ("100x0.05,120x0.05") run one function: the second
+#: finds it measured by the first, as a user's loop of maps does.
+SAME = len(THROUGHPUT) > 1 and THROUGHPUT[0][1] == THROUGHPUT[1][1]
+NAPS = [nap_first, nap_first if SAME else nap_second]
 
 
 def tasks_sent(ex):
