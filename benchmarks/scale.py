@@ -48,6 +48,11 @@ Figures (one row each, ``ours / Dask`` per N):
   costs on this launch and this machine, the floor of the next figure, s;
   and the cores the hosting processes, the scheduler and the client used
   meanwhile (where the machine's two cores went);
+- the timed maps (``--throughput``, after the first map): seconds against the
+  ideal (every worker thread busy from the first call to the last), the Dask
+  tasks a second each took, and how long a call took on its worker, as the
+  client measured it (a sleep ends late on a host that shares two cores with
+  a hundred others: the part of the gap to the ideal no batching can close);
 - after the kill: from the SIGKILL to the second map's last result, s;
 - certified: the killed workers whose death certificate the scheduler got
   (from the killed host's stand-in watchers, ``jobs/scale_hosts.py``);
@@ -298,10 +303,13 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
                                 "scheduler": (cpu_seconds(scheduler.pid) - map_from[2]) / span,
                                 "client": (cpu_seconds(client.pid) - map_from[3]) / span}
         elif what == "THROUGHPUT":
-            _, label, took, ideal, rate, *cut = rest.split()
+            _, label, took, ideal, rate, *more = rest.split()
+            measured = [f.split("=", 1)[1] for f in more if f.startswith("measured=")]
             out.setdefault("throughput", {})[label] = {
                 "seconds": float(took), "ideal": float(ideal), "tasks_per_second": float(rate),
-                "given_up": cut[0].startswith("cut") if cut else False}
+                "given_up": any(f.startswith("cut") for f in more),
+                "call_seconds": float(measured[0]) if measured and measured[0] != "None"
+                else None}
         elif what == "MAPPING":
             # Half a call into the map: every worker runs its first call.
             time.sleep(max(when + args.seconds / 2 - time.time(), 0.0))
@@ -496,8 +504,14 @@ def throughput_rows(results: list[dict[str, Any]], sizes: list[int], cell: Any) 
             return "failed" if r.get("error") else "—" if got is None else (
                 f"{got['tasks_per_second']:,.0f}")
 
+        def call(r: dict[str, Any], label: str = label) -> str:
+            got = r.get("throughput", {}).get(label) or {}
+            measured = got.get("call_seconds")
+            return "—" if measured is None else f"{measured * 1e3:.1f}"
+
         rows.append((f"map of {calls} N calls of {seconds} s, s (x the ideal)", cell(ratio)))
         rows.append(("  its Dask tasks a second", cell(rate)))
+        rows.append(("  a call on its worker, as the client measured it, ms", cell(call)))
     return rows
 
 

@@ -36,6 +36,16 @@ __all__ = ["Sender"]
 logger = logging.getLogger("hpcfutures")
 
 
+#: Tasks sent as one graph at most.  Dask's scheduler takes a graph in whole
+#: before its first task goes to a worker, so a large launch's first round
+#: (2,000 tasks at 1,000 threads) sent as one graph starts no call for about a
+#: second on a busy scheduler, and its last thread late; in graphs of this
+#: size the first tasks run while the scheduler takes in the next.  A graph
+#: costs the scheduler a fixed ~1 ms, so this is large enough for that to stay
+#: small per task.
+TASKS_PER_GRAPH = 200
+
+
 class _NotSentYet(Exception):
     """A future used as an argument is still waiting in the submission queue."""
 
@@ -106,11 +116,14 @@ class Sender:
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
         for (runner, calls, needs), group in groups.items():
-            self._send(runner, group, calls, None if needs is None else needs.resources())
+            resources = None if needs is None else needs.resources()
+            shipped = _shipped_functions((fn for _, fn, *_ in group), to_ship(self._client))
+            for start in range(0, len(group), TASKS_PER_GRAPH):
+                self._send(runner, group[start:start + TASKS_PER_GRAPH], calls, shipped,
+                           resources)
 
     def _send(self, runner: Callable[..., Any], group: list, calls: int,
-              resources: dict[str, float] | None = None) -> None:
-        shipped = _shipped_functions((fn for _, fn, *_ in group), to_ship(self._client))
+              shipped: dict[int, Any], resources: dict[str, float] | None = None) -> None:
         columns = zip(*[(shipped.get(id(fn), fn), args, kwargs)
                         for _, fn, args, kwargs, _ in group], strict=True)
         try:
