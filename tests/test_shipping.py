@@ -89,33 +89,6 @@ def test_a_batch_carries_its_function_pickled_once_for_all_its_tasks():
     assert pickle.loads(pickle.dumps(sent[0])).load()(1) == 2
 
 
-def test_a_large_batch_goes_as_graphs_of_a_few_hundred_tasks_its_function_pickled_once():
-    """Dask's scheduler takes a graph in whole before it starts any of its tasks:
-    a large launch's first round (2,000 tasks) goes in slices, in order, so that its
-    first calls run while the scheduler takes in the rest."""
-    from hpcfutures._facade.core import sending
-    from hpcfutures._facade.core.futures import TaskFuture
-    from hpcfutures._facade.core.sending import Sender
-
-    graphs = []
-
-    class Client:
-        def map(self, runner, fns, argss, kwargss, key, pure):
-            graphs.append((list(fns), [next(iter(args[0]))[0] for args in argss]))
-            return [object() for _ in key]
-
-    counted = CountedPickles()
-    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print)
-    CountedPickles.pickled = 0
-    sender.send_queued([(TaskFuture(), run_chunk_task, counted, ([(i,)],), {}, False)
-                        for i in range(450)])
-    per_graph = sending.TASKS_PER_GRAPH
-    assert [len(firsts) for _, firsts in graphs] == [per_graph, per_graph, 450 - 2 * per_graph]
-    assert [i for _, firsts in graphs for i in firsts] == list(range(450))
-    assert CountedPickles.pickled == 1
-    assert all(fn is graphs[0][0][0] for fns, _ in graphs for fn in fns)
-
-
 def test_an_unpicklable_function_still_fails_its_call_with_a_clear_error():
     import threading
 

@@ -3,8 +3,11 @@
 Runs on the client's loop thread only: the Dask client is not thread-safe
 (from another thread its methods turn into blocking calls into the loop).
 Tasks queued together go as one graph per runner (one ``update-graph``
-message, not one per task).  If something in a batch cannot be pickled,
-each task is sent alone, so that only the culprit fails.
+message, not one per task), however many: a large launch's first round sent
+as graphs of 200 got its first result sooner but made a first map on 2,000
+workers 1.6 times slower (``docs/scaling.rst``, "The first round").  If
+something in a batch cannot be pickled, each task is sent alone, so that
+only the culprit fails.
 
 With the end-of-run summary on, each task carries the number of user calls it
 stands for as a Dask annotation (:data:`~.._reports.summary.CALLS_ANNOTATION`),
@@ -34,16 +37,6 @@ from .tasks import needs_of
 __all__ = ["Sender"]
 
 logger = logging.getLogger("hpcfutures")
-
-
-#: Tasks sent as one graph at most.  Dask's scheduler takes a graph in whole
-#: before its first task goes to a worker, so a large launch's first round
-#: (2,000 tasks at 1,000 threads) sent as one graph starts no call for about a
-#: second on a busy scheduler, and its last thread late; in graphs of this
-#: size the first tasks run while the scheduler takes in the next.  A graph
-#: costs the scheduler a fixed ~1 ms, so this is large enough for that to stay
-#: small per task.
-TASKS_PER_GRAPH = 200
 
 
 class _NotSentYet(Exception):
@@ -116,14 +109,11 @@ class Sender:
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
         for (runner, calls, needs), group in groups.items():
-            resources = None if needs is None else needs.resources()
-            shipped = _shipped_functions((fn for _, fn, *_ in group), to_ship(self._client))
-            for start in range(0, len(group), TASKS_PER_GRAPH):
-                self._send(runner, group[start:start + TASKS_PER_GRAPH], calls, shipped,
-                           resources)
+            self._send(runner, group, calls, None if needs is None else needs.resources())
 
     def _send(self, runner: Callable[..., Any], group: list, calls: int,
-              shipped: dict[int, Any], resources: dict[str, float] | None = None) -> None:
+              resources: dict[str, float] | None = None) -> None:
+        shipped = _shipped_functions((fn for _, fn, *_ in group), to_ship(self._client))
         columns = zip(*[(shipped.get(id(fn), fn), args, kwargs)
                         for _, fn, args, kwargs, _ in group], strict=True)
         try:
