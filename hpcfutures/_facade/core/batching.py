@@ -84,6 +84,12 @@ PROBES = 100
 _FLOOR_SECONDS = 1e-7
 
 
+def _sized_by_pace(threads: int) -> bool:
+    """Whether a launch of ``threads`` sizes groups by the pace: a group of the
+    target duration would ask the scheduler for more tasks than it sustains."""
+    return threads / TASKS_PER_SECOND > TARGET_SECONDS
+
+
 class Stream:
     """Calls waiting to be grouped: here, arguments of one function (a ``map``).
 
@@ -103,9 +109,12 @@ class Stream:
         self.last_served = -1
         #: Groups that came back (the first round's tell nothing of the pace: see done).
         self.returned = 0
-        #: Calls a group of an unmeasured function carries once the probes are out:
-        #: what the stream held then, over the places left (see Batcher._cut).
+        #: Calls per group of the first round after its probes (Batcher._first_share).
         self.first_share: int | None = None
+
+    def in_first_round(self, budget: int) -> bool:
+        """Whether fewer than ``budget`` groups were cut from this stream so far."""
+        return self.returned + self.in_flight < budget
 
     def head_fn(self) -> Callable[..., Any] | None:
         """The function of the first waiting call; None when nothing waits."""
@@ -248,8 +257,7 @@ class Batcher:
             # all at once, its groups waited for the scheduler to hand out the
             # whole burst, and carried fair shares, not the pace).
             threads = max(1, self._threads())
-            if (threads / TASKS_PER_SECOND > TARGET_SECONDS
-                    and stream.returned > IN_FLIGHT_PER_THREAD * threads):
+            if _sized_by_pace(threads) and stream.returned > IN_FLIGHT_PER_THREAD * threads:
                 self.pacing.observe(busy, idle, threads)
 
     def _count_out(self, stream: Stream) -> None:
@@ -275,7 +283,7 @@ class Batcher:
         0.5 s on 1,000 hosted workers took 1.6 times the ideal that way, 1.2
         times this way: ``docs/scaling.rst``).  Calls added later, as submits
         are, still get at least a share of what is left (see :meth:`_cut`)."""
-        if stream.returned + stream.in_flight >= budget:  # the first round is out
+        if not stream.in_first_round(budget):
             return 1
         if stream.first_share is None:
             free = max(1, budget - stream.in_flight)
@@ -285,8 +293,7 @@ class Batcher:
     def _cut(self, stream: Stream, budget: int, pace: float) -> list:
         """The next group of ``stream``: the sizing rule of the module docstring."""
         fair = max(1, len(stream.pending) // budget)
-        nominal = max(1, self._threads()) / TASKS_PER_SECOND
-        large = nominal > TARGET_SECONDS  # sized by the pace, not the target
+        threads = budget // IN_FLIGHT_PER_THREAD  # as budget() read them
         members: list = []
         planned = 0.0
         measured = False
@@ -305,11 +312,11 @@ class Batcher:
             # The pace is a floor (rounded up: calls of 0.6 s at a pace of 1 s go
             # two by two), the target a goal (rounded down).
             paced = math.ceil((pace - planned) / estimate - 1e-9)
-            if large and not members and stream.returned + stream.in_flight < budget:
+            if _sized_by_pace(threads) and not members and stream.in_first_round(budget):
                 # A large launch's first round carries the stream's share too, up
                 # to the longest pace the launch may learn; the rest goes at the
                 # pace (larger groups at a map's end would only make its tail).
-                longest = int(CEILING * nominal / estimate)
+                longest = int(CEILING * threads / TASKS_PER_SECOND / estimate)
                 paced = max(paced, min(max(fair, self._first_share(stream, budget)),
                                        longest))
             cap = min(stream.next_size * GROWTH,
