@@ -183,9 +183,10 @@ def rank_pid(marker: str, rank: int, variable: str = "HPCFUTURES_RANK",
     return found[0][0]
 
 
-def child_pids() -> set[int]:
-    """This process's children (local workers an in-process executor spawned)."""
-    me, kids = str(os.getpid()), set()
+def child_pids(parent: int | None = None) -> set[int]:
+    """The children of ``parent`` (default: this process's, e.g. the local workers an
+    in-process executor spawned)."""
+    me, kids = str(os.getpid() if parent is None else parent), set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:

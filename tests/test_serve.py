@@ -8,6 +8,7 @@ written by hand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from helpers import (
     ROOT,
     Batch,
     assert_no_leftovers,
+    child_pids,
     closed_port,
     have_mpi,
     outsiders_refused,
@@ -196,6 +198,33 @@ def test_sigterm_stops_every_rank_with_status_0(serving):
     os.killpg(launch.process.pid, signal.SIGTERM)
     assert launch.wait(30) == 0, launch.output()
     assert "received SIGTERM" in launch.output()
+    assert json.loads(launch.file.read_text())["finished"]
+
+
+@pytest.mark.timeout(120)
+def test_a_sigterm_repeated_until_the_end_still_ends_every_rank_with_status_0(serving):
+    """A stop comes more than once: the job's process group gets it and the launcher
+    forwards its own (``scancel`` and ``srun``; ``kill`` and ``hpcfutures run``).  A
+    copy that lands while a rank leaves must not turn its clean exit into a death."""
+    launch = serving(4, env={"HPCFUTURES_DASK_LOG_LEVEL": "INFO"})
+    launch.published()
+    launch.joined({1, 2, 3})
+    # pidfds: a rank's pid, once it has ended, may be another process's.
+    ranks = [os.pidfd_open(pid) for pid in child_pids(launch.process.pid)]
+    assert len(ranks) == 4, "not one process per rank under hpcfutures run"
+    try:
+        os.killpg(launch.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while launch.process.poll() is None and time.monotonic() < deadline:
+            for rank in ranks:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(rank, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                launch.process.wait(0.002)  # the next copy of the signal in 2 ms
+    finally:
+        for rank in ranks:
+            os.close(rank)
+    assert launch.wait(30) == 0, launch.output()
     assert json.loads(launch.file.read_text())["finished"]
 
 

@@ -201,3 +201,40 @@ def test_a_helper_process_survives_a_ctrl_c_that_comes_while_it_starts(deaf):
         if helper.poll() is None:
             helper.kill()
             helper.wait()
+
+
+#: A rank's loop stopped by a signal (or not), then the same signal again as the
+#: process leaves: the copy a launcher forwards after the process group's own.
+_RANK_LEAVING = textwrap.dedent("""\
+    import asyncio, os, signal, sys
+    from hpcfutures._support.loop import run_until_complete, stop_on_signals
+
+    async def serve(signalled):
+        stopped = asyncio.Event()
+        stop_on_signals(lambda signum: stopped.set())
+        if signalled:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(stopped.wait(), 20)
+        return 0
+
+    status = run_until_complete(serve(sys.argv[1] == "signalled"))
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGINT)
+    print("left with", status, flush=True)
+    raise SystemExit(status)
+""")
+
+
+@pytest.mark.parametrize("first", ["signalled", "ended"])
+def test_a_repeated_stop_signal_does_not_kill_a_rank_on_its_way_out(first):
+    """Seen in CI: a serving launch stopped with ``kill -TERM -PGID`` ended with 143,
+    because ``hpcfutures run`` forwarded its own SIGTERM to a worker whose loop had
+    already closed.  A rank a signal stopped leaves with its own status; one that
+    ended on its own still dies of a SIGTERM, as any process would."""
+    done = subprocess.run([sys.executable, "-c", _RANK_LEAVING, first], capture_output=True,
+                          text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if first == "signalled":
+        assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+        assert done.stdout == "left with 0\n" and done.stderr == "", done
+    else:
+        assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)

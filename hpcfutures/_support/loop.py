@@ -134,6 +134,7 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
     loop = asyncio.get_running_loop()
 
     def stop(signum: int) -> None:
+        _ignore_repeats(loop)
         # The launch is being stopped: what Dask says from now on about peers
         # closing around this rank is only an echo of that.
         quiet_for_shutdown()
@@ -145,6 +146,36 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
             loop.add_signal_handler(signum, stop, signum)
             _BEFORE_ROUTING.setdefault(signum, previous)
             _forget_in_forked_children()
+
+
+def _ignore_repeats(loop: asyncio.AbstractEventLoop) -> None:
+    """Once a signal has stopped this rank, ignore SIGTERM and Ctrl-C until it has left.
+
+    A stop reaches a rank more than once: the process group gets it (a
+    ``kill`` of the job, ``scancel``) and the launcher forwards its own copy
+    (``hpcfutures run``, ``srun``, ``mpiexec``), or a user presses Ctrl-C twice.
+    The first one already ends the rank, in order.  But closing the loop gives
+    the signals their default actions back, and a copy landing between that
+    and the process's end killed a rank that was leaving cleanly: its status
+    became the signal's (143) instead of its own (0 in a serving launch; seen
+    in CI under ``hpcfutures run``).  SIGKILL, which every launcher sends after
+    its grace, still ends a rank stuck on its way out.  (A child started from
+    here on would inherit the ignored signals across exec; none is.)
+    """
+    handlers = getattr(loop, "_signal_handlers", None)
+    for signum in _ROUTED:
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to change
+            signal.signal(signum, signal.SIG_IGN)
+            if isinstance(handlers, dict):
+                # Private to asyncio's Unix loop, read on purpose: its close (and its
+                # public remove_signal_handler) would set the default action back.
+                handlers.pop(signum, None)
+            else:  # another loop: a moment of the default action, then ignored again
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, signal.SIG_IGN)
+    if isinstance(handlers, dict) and not handlers:
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)  # as remove_signal_handler does for the last one
 
 
 #: The routed signals, held back in a thread while it forks (see below).
