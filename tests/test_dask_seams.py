@@ -613,6 +613,38 @@ def test_a_task_without_dependencies_is_placed_without_comparing_every_worker():
     run(scenario())
 
 
+def test_a_small_graph_is_made_ready_on_the_loop_and_a_large_one_in_dasks_thread(monkeypatch):
+    """Dask hands every graph to a thread to build and order its tasks; for one call
+    the two hops cost more than the work (a round trip 0.35 ms longer).  hpcfutures'
+    scheduler builds a small graph on its loop and leaves a large one to Dask's thread,
+    which only works while update_graph calls ``distributed.scheduler.offload``."""
+    from hpcfutures._dask import scheduler as ours
+
+    offloaded: list[str] = []
+
+    async def counting(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        offloaded.append(getattr(func, "__name__", repr(func)))
+        return await real(func, *args, **kwargs)
+
+    real = ours._dask_offload
+    monkeypatch.setattr(ours, "_dask_offload", counting)
+
+    def square(x: int) -> int:
+        return x * x
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            assert await cluster.client.submit(square, 3, pure=False) == 9
+            assert offloaded == [], f"a one-task graph went to Dask's thread: {offloaded}"
+            many = cluster.client.map(square, range(ours.INLINE_GRAPH_TASKS + 1), pure=False)
+            assert await cluster.client.gather(many) == [
+                x * x for x in range(ours.INLINE_GRAPH_TASKS + 1)]
+            with seam("Scheduler.update_graph's offload(...) of the graph's materialization"):
+                assert offloaded, "Dask's update_graph no longer calls scheduler.offload"
+
+    run(scenario())
+
+
 # ------------------------------------------------------------- what the client asks
 def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeypatch):
     from hpcfutures._remote import memory
