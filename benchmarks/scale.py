@@ -155,8 +155,10 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (k < total % parts) for k in range(parts)]
 
 
-def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One launch of ``workers`` worker ranks on ``side``; its figures."""
+def run_once(side: str, workers: int, args: argparse.Namespace, work: Path,
+             figures: dict[str, Any]) -> dict[str, Any]:
+    """One launch of ``workers`` worker ranks on ``side``; its figures, filled into
+    ``figures`` as they come (a launch that fails late keeps what it measured)."""
     tag = f"{side}-{workers}"
     scheduler_file = work / f"{tag}.json"
     credentials = work / "credentials.json"
@@ -188,7 +190,6 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
                            work / f"{tag}-host{k}.log", nice=args.nice))
         first += count
     others: list[subprocess.Popen[str]] = []
-    figures: dict[str, Any] = {"side": side, "workers": workers}
     try:
         for host in hosts:
             line = Lines(host).next(args.timeout)
@@ -216,7 +217,7 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
                             str(credentials)], env, args.soft_nofile, work / f"{tag}-client.log")
         others.append(client)
         try:
-            figures.update(_follow(client, scheduler, scheduler_file, hosts, args))
+            _follow(client, scheduler, scheduler_file, hosts, args, figures)
         except RuntimeError as err:
             if side != "hpcfutures":
                 raise
@@ -261,8 +262,10 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path) -> d
 
 
 def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], scheduler_file: Path,
-            hosts: list[subprocess.Popen[str]], args: argparse.Namespace) -> dict[str, Any]:
-    """Watch the launch's phases; kill the first host after the first result."""
+            hosts: list[subprocess.Popen[str]], args: argparse.Namespace,
+            out: dict[str, Any]) -> None:
+    """Watch the launch's phases, putting each figure in ``out`` as it comes; kill the
+    first host after the first result."""
     from benchmarks.jobs.scale_hosts import CUT_AFTER, timed_maps
 
     # The timed maps may run up to CUT_AFTER times their ideal on Dask's side.
@@ -273,7 +276,7 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             raise RuntimeError(f"no scheduler file {scheduler_file} appeared")
         time.sleep(0.01)
     published, cpu_at_publish = time.time(), cpu_seconds(scheduler.pid)
-    out: dict[str, Any] = {"fds": 0}
+    out["fds"] = 0
     lines = Lines(client)
     while True:
         line = lines.next(max(deadline - time.monotonic(), 0.1))
@@ -321,7 +324,7 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             out["fds"] = max(out["fds"], descriptors(scheduler.pid))
         elif what == "LEAVING":
             out["leaving"] = when
-            return out
+            return
 
 
 def _cpu_of(processes: list[subprocess.Popen[str]]) -> float:
@@ -424,9 +427,13 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
             cells.append(" / ".join(pair))
         return cells
 
+    # A side that failed late (Dask's, stalled after its timed maps) keeps what it
+    # measured before: "failed" marks only what it never got to.
+    def missing(r: dict[str, Any]) -> str:
+        return "failed" if r.get("error") else "—"
+
     def num(key: str, spec: str = ".1f") -> Any:
-        return lambda r: "failed" if r.get("error") else (
-            "—" if r.get(key) is None else format(r[key], spec))
+        return lambda r: missing(r) if r.get(key) is None else format(r[key], spec)
 
     def reads(r: dict[str, Any]) -> str:
         if r["side"] == "dask":
@@ -439,14 +446,15 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
             f" (≥{gap:.2f} s apart)" if gap is not None else "")
 
     def left(r: dict[str, Any]) -> str:
-        if r.get("error"):
-            return "failed"
+        if not r.get("outcomes"):
+            return missing(r)
         other = sum(c for o, c in r.get("outcomes", {}).items() if o != "exit 0")
         return str(other)
 
     def right(r: dict[str, Any]) -> str:
-        return "failed" if r.get("error") else ("yes" if r.get("wrong") == 0 else
-                                                f"{r.get('wrong')} wrong")
+        if r.get("wrong") is None:
+            return missing(r)
+        return "yes" if r["wrong"] == 0 else f"{r['wrong']} wrong"
 
     def logs(r: dict[str, Any]) -> str:
         lines = r.get("log_lines") or {}
@@ -458,19 +466,18 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
         ("scheduler descriptors, most", cell(num("fds", "d"))),
         ("scheduler-file reads per waiting rank per s, after 10 s (shortest gap)", cell(reads)),
         ("idle, every worker joined: CPU of the hosting processes / the scheduler, cores",
-         cell(lambda r: "failed" if r.get("error") else "—" if r.get("idle_hosts_cores") is None
+         cell(lambda r: missing(r) if r.get("idle_hosts_cores") is None
               else f"{r['idle_hosts_cores']:.2f}+{r['idle_scheduler_cores']:.2f}")),
         ("map of 2 N calls, nothing lost (the first map), s", cell(num("warm_map"))),
         ("the first map: CPU of the hosting processes / the scheduler / the client, cores",
-         cell(lambda r: "failed" if r.get("error") else "—" if r.get("map_cores") is None
+         cell(lambda r: missing(r) if r.get("map_cores") is None
               else "+".join(f"{r['map_cores'][k]:.2f}"
                             for k in ("hosts", "scheduler", "client")))),
         *throughput_rows(results, sizes, cell),
         ("map done after killing 10 % of the workers (the second), s",
          cell(num("after_kill"))),
         ("killed workers whose death was certified (by their watchers)",
-         cell(lambda r: "failed" if r.get("error") else
-              "—" if r.get("certified") is None else str(r["certified"]))),
+         cell(lambda r: missing(r) if r.get("certified") is None else str(r["certified"]))),
         ("every result right", cell(right)),
         ("surviving ranks that ended otherwise than with the launch", cell(left)),
         ("shutdown: client leaves -> scheduler gone, s", cell(num("scheduler_gone", ".2f"))),
@@ -493,7 +500,7 @@ def throughput_rows(results: list[dict[str, Any]], sizes: list[int], cell: Any) 
 
         def ratio(r: dict[str, Any], label: str = label) -> str:
             got = r.get("throughput", {}).get(label)
-            if r.get("error") or got is None:
+            if got is None:
                 return "failed" if r.get("error") else "—"
             if got.get("given_up"):
                 return f"given up at {got['seconds']:.0f} ({got['seconds'] / got['ideal']:.0f} x)"
@@ -501,8 +508,9 @@ def throughput_rows(results: list[dict[str, Any]], sizes: list[int], cell: Any) 
 
         def rate(r: dict[str, Any], label: str = label) -> str:
             got = r.get("throughput", {}).get(label)
-            return "failed" if r.get("error") else "—" if got is None else (
-                f"{got['tasks_per_second']:,.0f}")
+            if got is None:
+                return "failed" if r.get("error") else "—"
+            return f"{got['tasks_per_second']:,.0f}"
 
         def call(r: dict[str, Any], label: str = label) -> str:
             got = r.get("throughput", {}).get(label) or {}
@@ -571,11 +579,15 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             for side in SIDES if args.only is None else (args.only,):
                 began = time.monotonic()
+                figures: dict[str, Any] = {"side": side, "workers": n}
                 try:
-                    figures = run_once(side, n, args, work)
-                    figures["cpu_per_join_ms"] = figures.pop("cpu_since_publish") * 1e3 / n
+                    run_once(side, n, args, work, figures)
                 except Exception as err:
-                    figures = {"side": side, "workers": n, "error": str(err)}
+                    figures["error"] = str(err)
+                figures.pop("killed_at", None)
+                figures.pop("leaving", None)
+                if "cpu_since_publish" in figures:
+                    figures["cpu_per_join_ms"] = figures.pop("cpu_since_publish") * 1e3 / n
                 figures["wall"] = time.monotonic() - began
                 results.append(figures)
                 print(f"# {side} N={n}: {json.dumps(figures)}", flush=True)

@@ -288,6 +288,25 @@ def test_the_scale_harness_runs_small_and_prints_its_table(tmp_path):
         assert row in job.stdout, job
 
 
+def test_the_scale_table_keeps_what_a_side_measured_before_it_failed():
+    """Dask's side stalled after its timed maps at 1,000 workers: its row used to say
+    "failed" everywhere, its finished maps' figures lost.  Only what was never measured
+    says "failed" now."""
+    from benchmarks.scale import table
+
+    stalled = {"side": "dask", "workers": 8, "error": "the client ended or stalled",
+               "ready": 2.5, "warm_map": 1.5,
+               "throughput": {"20x0.5": {"seconds": 101.0, "ideal": 10.0,
+                                         "tasks_per_second": 198.0, "given_up": True}}}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in
+            table([stalled], None).splitlines()[2:]}
+    assert "| — / 2.5 |" in rows["ready after the scheduler file appeared, s"]
+    assert "| — / 1.5 |" in rows["map of 2 N calls, nothing lost (the first map), s"]
+    assert "given up at 101 (10 x)" in rows["map of 20 N calls of 0.5 s, s (x the ideal)"]
+    assert "failed" in rows["every result right"]
+    assert "failed" in rows["map done after killing 10 % of the workers (the second), s"]
+
+
 def test_a_result_lost_with_its_worker_before_it_was_fetched_runs_again():
     """Found by the harness at 500 workers: a finished result whose worker died in
     a wave before the client fetched it came back from the one-by-one gather as
