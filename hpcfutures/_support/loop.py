@@ -159,8 +159,10 @@ def _ignore_repeats(loop: asyncio.AbstractEventLoop) -> None:
     and the process's end killed a rank that was leaving cleanly: its status
     became the signal's (143) instead of its own (0 in a serving launch; seen
     in CI under ``hpcfutures run``).  SIGKILL, which every launcher sends after
-    its grace, still ends a rank stuck on its way out.  (A child started from
-    here on would inherit the ignored signals across exec; none is.)
+    its grace, still ends a rank stuck on its way out.  (A process started
+    from here on inherits the ignored signals across exec: hpcfutures starts
+    none, and one that a call still running starts is ended by the worker's
+    SIGKILL after its SIGTERM, see ``_remote/leftovers.py``.)
     """
     handlers = getattr(loop, "_signal_handlers", None)
     for signum in _ROUTED:
