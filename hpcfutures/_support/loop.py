@@ -161,8 +161,9 @@ def _ignore_repeats(loop: asyncio.AbstractEventLoop) -> None:
     in CI under ``hpcfutures run``).  SIGKILL, which every launcher sends after
     its grace, still ends a rank stuck on its way out.  (A process started
     from here on inherits the ignored signals across exec: hpcfutures starts
-    none, and one that a call still running starts is ended by the worker's
-    SIGKILL after its SIGTERM, see ``_remote/leftovers.py``.)
+    none, and one that a call still running starts is ended by the worker
+    rank's SIGKILL after its SIGTERM, see ``_remote/leftovers.py``; a serving
+    launch's workers do not end such processes yet.)
     """
     handlers = getattr(loop, "_signal_handlers", None)
     for signum in _ROUTED:
