@@ -156,7 +156,7 @@ def split(total: int, parts: int) -> list[int]:
 
 
 def run_once(side: str, workers: int, args: argparse.Namespace, work: Path,
-             figures: dict[str, Any]) -> dict[str, Any]:
+             figures: dict[str, Any]) -> None:
     """One launch of ``workers`` worker ranks on ``side``; its figures, filled into
     ``figures`` as they come (a launch that fails late keeps what it measured)."""
     tag = f"{side}-{workers}"
@@ -217,13 +217,12 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path,
                             str(credentials)], env, args.soft_nofile, work / f"{tag}-client.log")
         others.append(client)
         try:
-            _follow(client, scheduler, scheduler_file, hosts, args, figures)
+            leaving = _follow(client, scheduler, scheduler_file, hosts, args, figures)
         except RuntimeError as err:
             if side != "hpcfutures":
                 raise
             logs = [work / f"{tag}-host{k}.log" for k in range(len(hosts))]
             raise RuntimeError(f"{err}; the worker ranks then: {_phases(hosts, logs)}") from err
-        leaving = figures.pop("leaving")
         scheduler_gone = _wait_all([scheduler], args.timeout)
         ended = _wait_all(hosts[1:] + others, args.timeout)
         figures["scheduler_gone"] = scheduler_gone - leaving if scheduler_gone else None
@@ -258,14 +257,13 @@ def run_once(side: str, workers: int, args: argparse.Namespace, work: Path,
                                                                              "client")}
     figures["certified"] = (_certified(work / f"{tag}-scheduler.log") if side == "hpcfutures"
                             else None)
-    return figures
 
 
 def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], scheduler_file: Path,
             hosts: list[subprocess.Popen[str]], args: argparse.Namespace,
-            out: dict[str, Any]) -> None:
+            out: dict[str, Any]) -> float:
     """Watch the launch's phases, putting each figure in ``out`` as it comes; kill the
-    first host after the first result."""
+    first host after the first result.  Returns when the client began to leave."""
     from benchmarks.jobs.scale_hosts import CUT_AFTER, timed_maps
 
     # The timed maps may run up to CUT_AFTER times their ideal on Dask's side.
@@ -317,14 +315,13 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             # Half a call into the map: every worker runs its first call.
             time.sleep(max(when + args.seconds / 2 - time.time(), 0.0))
             os.killpg(hosts[0].pid, signal.SIGKILL)
-            out["killed_at"] = time.time()
+            killed_at = time.time()
         elif what == "DONE":
-            out["after_kill"] = when - out.pop("killed_at")
+            out["after_kill"] = when - killed_at
             out["wrong"] = int(rest.split()[1])
             out["fds"] = max(out["fds"], descriptors(scheduler.pid))
         elif what == "LEAVING":
-            out["leaving"] = when
-            return
+            return when
 
 
 def _cpu_of(processes: list[subprocess.Popen[str]]) -> float:
@@ -416,6 +413,12 @@ def dask_file_reads(seconds: float = 3.0) -> float:
     return len(looks) / seconds
 
 
+def missing(r: dict[str, Any]) -> str:
+    """A figure a side does not have: "failed" if it never got there (a side that failed
+    late, as Dask's stalling after its timed maps, keeps what it measured before)."""
+    return "failed" if r.get("error") else "—"
+
+
 def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
     by = {(r["side"], r["workers"]): r for r in results}
     sizes = sorted({r["workers"] for r in results})
@@ -426,11 +429,6 @@ def table(results: list[dict[str, Any]], dask_reads: float | None) -> str:
             pair = [fmt(by[(side, n)]) if (side, n) in by else "—" for side in SIDES]
             cells.append(" / ".join(pair))
         return cells
-
-    # A side that failed late (Dask's, stalled after its timed maps) keeps what it
-    # measured before: "failed" marks only what it never got to.
-    def missing(r: dict[str, Any]) -> str:
-        return "failed" if r.get("error") else "—"
 
     def num(key: str, spec: str = ".1f") -> Any:
         return lambda r: missing(r) if r.get(key) is None else format(r[key], spec)
@@ -501,16 +499,14 @@ def throughput_rows(results: list[dict[str, Any]], sizes: list[int], cell: Any) 
         def ratio(r: dict[str, Any], label: str = label) -> str:
             got = r.get("throughput", {}).get(label)
             if got is None:
-                return "failed" if r.get("error") else "—"
+                return missing(r)
             if got.get("given_up"):
                 return f"given up at {got['seconds']:.0f} ({got['seconds'] / got['ideal']:.0f} x)"
             return f"{got['seconds']:.1f} ({got['seconds'] / got['ideal']:.2f} x)"
 
         def rate(r: dict[str, Any], label: str = label) -> str:
             got = r.get("throughput", {}).get(label)
-            if got is None:
-                return "failed" if r.get("error") else "—"
-            return f"{got['tasks_per_second']:,.0f}"
+            return missing(r) if got is None else f"{got['tasks_per_second']:,.0f}"
 
         def call(r: dict[str, Any], label: str = label) -> str:
             got = r.get("throughput", {}).get(label) or {}
@@ -584,8 +580,6 @@ def main(argv: list[str] | None = None) -> int:
                     run_once(side, n, args, work, figures)
                 except Exception as err:
                     figures["error"] = str(err)
-                figures.pop("killed_at", None)
-                figures.pop("leaving", None)
                 if "cpu_since_publish" in figures:
                     figures["cpu_per_join_ms"] = figures.pop("cpu_since_publish") * 1e3 / n
                 figures["wall"] = time.monotonic() - began

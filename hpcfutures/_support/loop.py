@@ -140,7 +140,7 @@ def stop_on_signals(callback: Callable[[int], object]) -> None:
         quiet_for_shutdown()
         callback(signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in _ROUTED:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             previous = signal.getsignal(signum)
             loop.add_signal_handler(signum, stop, signum)
@@ -181,7 +181,7 @@ def _ignore_repeats(loop: asyncio.AbstractEventLoop) -> None:
             signal.set_wakeup_fd(-1)  # as remove_signal_handler does for the last one
 
 
-#: The routed signals, held back in a thread while it forks (see below).
+#: The signals stop_on_signals routes to a loop; held back in a thread while it forks (see below).
 _ROUTED = (signal.SIGTERM, signal.SIGINT)
 #: Per forking thread: its signal mask before the fork.
 _MASKS_BEFORE_FORK: dict[int, set[int | signal.Signals]] = {}
