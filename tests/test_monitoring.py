@@ -116,7 +116,8 @@ def test_tasks_carry_their_call_counts_even_when_sent_alone():
             seen[key] = dask.get_annotations().get(CALLS_ANNOTATION)
             return object()
 
-    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print)
+    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print,
+                    requeue=print)
     sender.count_calls = True
     chunk = ([(1,)] * 64,)
     sender.send_queued([(TaskFuture(), run_chunk_task, square, chunk, {}, False),

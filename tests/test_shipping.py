@@ -80,7 +80,8 @@ def test_a_batch_carries_its_function_pickled_once_for_all_its_tasks():
             return [object() for _ in key]
 
     counted = CountedPickles()
-    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print)
+    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print,
+                    requeue=print)
     CountedPickles.pickled = 0
     sender.send_queued([(TaskFuture(), run_chunk_task, counted, ([(i,)],), {}, False)
                         for i in range(50)])

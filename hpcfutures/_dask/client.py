@@ -37,8 +37,8 @@ from .cluster import cluster_size
 logger = logging.getLogger("hpcfutures")
 
 __all__ = [
-    "Knock", "connect_client", "finish_client", "follow_cluster", "knock", "listening", "probe",
-    "report_startup_failure", "request_stop",
+    "Knock", "connect_client", "finish_client", "follow_cluster", "knock", "listening",
+    "on_scheduler_lost", "probe", "report_startup_failure", "request_stop",
     "wait_for_workers",
 ]
 
@@ -191,6 +191,24 @@ async def connect_client(address: str, timeout: float, security: Security | None
     _hurry(client.scheduler_comm)
     _follow_startup_failures(client)
     return client
+
+
+def on_scheduler_lost(client: Client, lost: Callable[[], None]) -> None:
+    """Call ``lost()`` on the client's loop as soon as its connection to the scheduler
+    drops, before Dask tries to reconnect (for as long as its timeout).
+
+    Dask then cancels the client's own futures, which is how hpcfutures hears of
+    it for tasks sent through the scheduler; a call sent straight to a worker
+    (``direct.py``) has no Dask future, so it hears of it here.  Dask's
+    ``Client._reconnect`` is private: ``tests/test_dask_seams.py`` pins it.
+    """
+    reconnect = client._reconnect
+
+    async def reconnect_after_saying_so() -> Any:
+        lost()
+        return await reconnect()
+
+    client._reconnect = reconnect_after_saying_so  # type: ignore[method-assign]
 
 
 async def wait_for_workers(client: Client, timeout: float) -> None:

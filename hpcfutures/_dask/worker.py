@@ -28,6 +28,7 @@ from ._common import (
     VERDICT_OP,
     _hurry,
 )
+from .direct import serve_direct_calls
 from .express import send_express
 
 __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
@@ -134,6 +135,7 @@ class WorkerService:
                     "directory": os.path.dirname(self._worker.local_directory)}
             self._worker.startup_information[SCRATCH_KEY] = lambda worker: said
         self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
+        serve_direct_calls(self._worker)
         self._worker.stream_handlers["close"] = self.close
         self._worker.handlers["close"] = self.close
 

@@ -6,7 +6,9 @@ Data flow (client process)::
     ───────────                        ──────────────────────────────
     submit() ─┬ plain call: held ───> _flush(): the batching engine cuts groups
               │   (SubmitStream)         (batching.py) off every stream: bundles
-    map() ────┼ items: a stream          (bundles.py), map chunks (mapping.py)
+              │                          (bundles.py; a lone one may go straight
+              │                          to a worker: direct.py), map chunks
+    map() ────┼ items: a stream          (mapping.py)
               │   (MapRun)            │
               └ call with futures ──> │ then sends the queue: one graph per
                   among its args:     │  batch (sending.py), futures swapped
@@ -16,9 +18,9 @@ Data flow (client process)::
                                       │  larger ones fetched in batches
     TaskFuture.result() <── settle ───┘
 
-This module keeps what the pieces share: the futures still outstanding,
-whether the executor is broken, and how large the cluster is (with a
-watchdog that breaks the executor when every worker is gone).
+This module keeps what the pieces share: the futures still outstanding and
+whether the executor is broken; its base, ``core/cluster_view.py``, how large
+the cluster is (with a watchdog that breaks the executor when every worker is gone).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import collections
 import concurrent.futures as cf
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 from .._errors import BrokenHPCExecutor, TimeLimitError
@@ -38,8 +40,9 @@ from .._support.patience import Patience
 from .core.arguments import futures_in
 from .core.batching import Batcher
 from .core.bundles import SubmitStream
-from .core.capacity import WorkerMemory, ask_worker_memory
+from .core.cluster_view import ClusterView
 from .core.completions import Completions
+from .core.direct import DirectLane
 from .core.futures import TaskFuture, settle
 from .core.recovery import Recovery
 from .core.roster import WorkerRoster
@@ -52,7 +55,7 @@ __all__ = ["TaskBridge", "TaskFuture"]
 logger = logging.getLogger("hpcfutures")
 
 
-class TaskBridge:
+class TaskBridge(ClusterView):
     """Submits tasks to Dask from any thread and keeps track of their futures."""
 
     def __init__(self, loop: LoopThread, client: Any, address: str, threads: int = 1) -> None:
@@ -69,9 +72,9 @@ class TaskBridge:
         #: Calls refused by the drain: never started, or submitted after it.
         self.refused = 0
         #: What the journal holds, for the drain's message (the journal sets it).
-        self.journal_note: Callable[[], str | None] = _no_journal
+        self.journal_note: Callable[[], str | None] = lambda: None
         #: Results the journal recorded in this run (None: no journal), for the requeue.
-        self.journal_added: Callable[[], int | None] = _no_journal_count
+        self.journal_added: Callable[[], int | None] = lambda: None
         self._closing = False
         self._total_threads = max(1, threads)
         self._workers = 1  # at least the one the client waited for
@@ -82,11 +85,16 @@ class TaskBridge:
         # Small results ahead of their task's end, and waiting for those ends: completions.py.
         completions = self._completions = Completions(client, self._connection_lost)
         self.result_arrived, self.ends_heard = completions.arrived, completions.ends_heard
-        self._sender = Sender(client, self._completions.follow, self._send_held_now)
+        self._sender = Sender(client, self._completions.follow, self._send_held_now,
+                              self._requeue)
         self._recovery = Recovery(client, self._sender.resend, self.break_executor,
                                   self._completions.in_background)
         self._completions.recover = self._recovery.lost
-        self._submits = SubmitStream(self.batcher, self._sender, self.wake)
+        #: Lone calls straight to a worker (the client side enables it): direct.py.
+        self.direct = DirectLane(client, lambda: self.roster.seen, self._sender.resend,
+                                 self._recovery.lost_directly, self._completions.in_background,
+                                 self._connection_lost)
+        self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct)
         self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
                                    self.break_executor)
         self.batcher.open(self._submits)
@@ -269,104 +277,21 @@ class TaskBridge:
     def _send_held_now(self, future: TaskFuture) -> None:
         self._submits.send_now(future)
 
+    def _send_direct(self, calls: list) -> TaskFuture | None:
+        """A lone call straight to a worker if nothing else is in flight (direct.py)."""
+        if len(self._outstanding) != 1 or self._queue or self._closing or self._broken:
+            return None
+        return self._sender.launch_direct(calls, self.direct)
+
+    def _requeue(self, item: tuple) -> None:
+        with self._lock:
+            self._queue.append(item)
+        self.wake()
+
     def _connection_lost(self) -> None:
         if not self._closing:
             self.break_executor(f"the connection to the scheduler at {self._address} was "
                                 f"lost: {self.scheduler_pointer}", self.scheduler_lost_cause)
-
-    # --------------------------------------------------------------- cluster
-    def worker_threads(self) -> int:
-        """Worker threads in the cluster, as last seen by the loop thread.  Any thread
-        may ask; only the loop thread touches the Dask client (from another thread its
-        methods block on the loop, a deadlock when the loop waits on the caller)."""
-        return self._total_threads
-
-    def worker_memory(self, timeout: float) -> dict[str, WorkerMemory]:
-        """Each worker's memory, asked of the scheduler now (not from the loop thread)."""
-        try:
-            return self._loop.run_sync(ask_worker_memory(self._client), timeout)
-        except TimeoutError as err:
-            raise TimeoutError(
-                f"the scheduler at {self._address} did not report its workers' memory "
-                f"within {timeout:g} s (HPCFUTURES_TIMEOUT)") from err
-
-    def workers_now(self, timeout: float) -> int:
-        """Workers connected right now, asked of the scheduler (not from the loop thread)."""
-        return self._loop.run_sync(self._live_workers(), timeout)
-
-    def ask(self, question: Callable[[Any], Any], timeout: float) -> Any:
-        """``await question(client)`` on the loop, answered within ``timeout`` s (not from it)."""
-        return self._loop.run_sync(question(self._client), timeout)
-
-    def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
-        """The scheduler's word on the workers and threads present, and on those that
-        left since it last spoke (loop thread).
-
-        Connections to a worker that left are dropped, and attempts to connect
-        there end: Dask's connect retries a refused port for its whole timeout
-        (30 s), holding a gather that asked it and one of Dask's five gather slots.
-        """
-        for address in left:
-            self._client.rpc.remove(address, reason=f"worker {address} left the cluster")
-        if workers < self._workers or left:
-            self._completions.worker_left()
-        self._workers = workers
-        self._total_threads = max(1, threads)
-
-    async def _live_workers(self) -> int:
-        """Workers connected right now, asked of the scheduler (before breaking anything)."""
-        from .. import _dask
-
-        try:
-            workers, threads = await asyncio.wait_for(_dask.cluster_size(self._client),
-                                                      self.patience.ask_timeout)
-        except Exception:  # the scheduler is gone: _watch breaks the executor for that
-            return self._workers
-        self.cluster_changed(workers, threads)
-        return self._workers
-
-    async def watch_workers(self, deadline: float, interval: float = 0.5) -> None:
-        """Break the executor if tasks wait while no worker exists for ``deadline`` s.
-
-        Without this, work submitted after the last worker died (killed,
-        out of memory, node failure) would wait forever.
-        """
-        alone_since = None
-        loop = asyncio.get_running_loop()
-        await self.roster.refresh(self._client, self._is_closing,  # a worker may die soon
-                                  self.patience.ask_timeout)
-        while self._broken is None and not self._closing:
-            await asyncio.sleep(interval)
-            workers = self._workers
-            if self.waiting():  # the scheduler's events say the same, but ask
-                workers = await self._live_workers()
-            if workers != len(self.roster.seen):
-                await self.roster.refresh(self._client, self._is_closing,
-                                          self.patience.ask_timeout)
-            if not workers and not self._closing and self.waiting():
-                # Calls wait and no worker can ever come (all died, or were
-                # released as idle): say so now, not after `deadline`.
-                none_left = await self._recovery.none_left()
-                if none_left:
-                    self.break_executor(none_left)
-                    return
-            if workers or not self.waiting():
-                alone_since = None
-                continue
-            alone_since = alone_since or loop.time()
-            if loop.time() - alone_since >= deadline:
-                self.break_executor(
-                    f"no worker has been connected for {deadline:g} s while "
-                    f"{self.waiting()} task(s) waited: every worker is gone "
-                    f"(killed, out of memory, or its node failed); {self.roster.describe_lost()}")
-
-    @property
-    def crash_status(self) -> int | None:
-        """The exit status of the first worker a call killed, if one did (signals: 128+N)."""
-        return self._recovery.crash_status
-
-    def _is_closing(self) -> bool:
-        return self._closing
 
     # ------------------------------------------------------------ any thread
     def break_executor(self, reason: str, cause: BaseException | None = None) -> None:
@@ -392,9 +317,3 @@ class TaskBridge:
         self._closing = True
         self._loop.call_soon(self.roster.flush)  # a summary of departures still held
 
-
-def _no_journal() -> None:
-    return None
-
-
-_no_journal_count = _no_journal

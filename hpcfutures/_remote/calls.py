@@ -21,15 +21,26 @@ import cloudpickle
 
 from .._errors import SerializationError
 from .deathwatch import finished, running
-from .express import express
+from .express import express, held_back
 from .initializer import refuse_if_failed
 from .shipping import unship
 from .tracebacks import _annotate, location, restore_traceback, set_location
 
 __all__ = [
-    "BundleOutcome", "ChunkOutcome", "Rows", "fail_with", "location", "pick", "pickling_error",
+    "BundleOutcome",
+    "ChunkOutcome",
+    "Rows",
+    "fail_with",
+    "location",
+    "pick",
+    "pickling_error",
     "restore_traceback",
-    "run_bundle", "run_chunk", "run_chunk_task", "run_task", "set_location",
+    "run_bundle",
+    "run_chunk",
+    "run_chunk_task",
+    "run_direct",
+    "run_task",
+    "set_location",
 ]
 
 def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -313,6 +324,13 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
         finished()
         _group_ended()
     return _sent_ahead(BundleOutcome(results, seconds, idle))
+
+
+def run_direct(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:
+    """A bundle sent straight to this worker (``_dask/direct.py``): its outcome goes
+    back in the answer, so nothing is sent ahead through the scheduler."""
+    with held_back():
+        return run_bundle(calls)
 
 
 #: Per worker thread: when its latest group ended (``perf_counter``).

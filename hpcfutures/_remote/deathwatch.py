@@ -116,6 +116,9 @@ def _no_mark(index: int) -> None:
 _slot: Slot | None = None
 _pipe: int | None = None
 _real_exit = os._exit
+#: Where ``os._exit`` comes from (``posix``): a call that *is* ``os._exit``
+#: (``submit(os._exit, 3)``) is pickled as ``posix._exit`` and found there.
+_OS_MODULE: Any = sys.modules[os.name]
 
 
 #: Gives the Dask key of the task this thread runs (set by ``_dask/worker.py``,
@@ -176,7 +179,7 @@ def _forget_in_child() -> None:
         with contextlib.suppress(OSError):
             os.close(_pipe)
     _pipe, _slot = None, None
-    os._exit = _real_exit
+    os._exit = _OS_MODULE._exit = _real_exit
     with contextlib.suppress(Exception):
         faulthandler.disable()
 
@@ -251,7 +254,7 @@ def start_watcher(report: dict[str, Any], keep_fds: tuple[int, ...] = ()) -> boo
     if keep_fds:
         _exit_instead_of_dying()
     faulthandler.enable(file=_PipeFile(write_end), all_threads=True)
-    os._exit = _exit_and_say
+    os._exit = _OS_MODULE._exit = _exit_and_say
     os.register_at_fork(after_in_child=_forget_in_child)
     return True
 

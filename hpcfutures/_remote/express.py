@@ -18,14 +18,16 @@ may touch Dask); without a sender (outside a worker, in tests) nothing is sent.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cloudpickle
 
-__all__ = ["EXPRESS_BYTES", "express", "set_sender", "small_pickle"]
+__all__ = ["EXPRESS_BYTES", "express", "held_back", "set_sender", "small_pickle"]
 
 #: The largest pickled result that travels with its task's end.  A map chunk's
 #: results or a bundle's outcomes are one result here; the scheduler only passes
@@ -33,6 +35,8 @@ __all__ = ["EXPRESS_BYTES", "express", "set_sender", "small_pickle"]
 EXPRESS_BYTES = 32 * 1024
 
 _send: Callable[[bytes], None] | None = None
+#: Per thread: whether its task's outcome goes back in an answer instead (direct calls).
+_answered = threading.local()
 
 
 def set_sender(send: Callable[[bytes], None] | None) -> None:
@@ -81,6 +85,17 @@ def small_pickle(value: Any, cap: int = EXPRESS_BYTES) -> bytes | None:
     return b"".join(file.parts)
 
 
+@contextlib.contextmanager
+def held_back() -> Iterator[None]:
+    """Send nothing ahead from this thread meanwhile: the task's outcome goes back
+    to its client in the answer to its request (``_dask/direct.py``)."""
+    _answered.on = True
+    try:
+        yield
+    finally:
+        _answered.on = False
+
+
 def express(value: Any) -> bool:
     """Send ``value`` to the client now if it is small; whether it was sent.
 
@@ -88,7 +103,7 @@ def express(value: Any) -> bool:
     value that cannot be pickled raises, as Dask's own pickling would later.
     """
     send = _send
-    if send is None:
+    if send is None or getattr(_answered, "on", False):
         return False
     payload = small_pickle(value)
     if payload is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..._remote.calls import BundleOutcome, restore_traceback, run_bundle
 from .batching import Batcher, Stream
@@ -34,13 +34,17 @@ class SubmitStream(Stream):
         batcher: The engine that cuts bundles off this stream.
         sender: Sends a bundle (``launch_internal``) or one call (``launch_alone``).
         wake: Asks for the engine to plan again (a bundle came back).
+        direct: Sends a bundle of one call straight to a worker, if it may go that
+            way (``direct.py``); its group's future, or None.
     """
 
-    def __init__(self, batcher: Batcher, sender: Any, wake: Callable[[], None]) -> None:
+    def __init__(self, batcher: Batcher, sender: Any, wake: Callable[[], None],
+                 direct: Callable[[list], TaskFuture | None] = lambda calls: None) -> None:
         super().__init__()
         self._batcher = batcher
         self._sender = sender
         self._wake = wake
+        self._direct = direct
 
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """Queue a call (any thread)."""
@@ -88,9 +92,12 @@ class SubmitStream(Stream):
     # ---------------------------------------------------------- loop thread
     def dispatch(self, calls: list) -> None:
         """Send one bundle; if it cannot be pickled as a whole, each call alone."""
-        bundle = self._sender.launch_internal(
-            run_bundle, ([(fn, args, kwargs) for _, fn, args, kwargs in calls],),
-            getattr(calls[0][1], "__name__", "task"), calls=len(calls))
+        group = [(fn, args, kwargs) for _, fn, args, kwargs in calls]
+        bundle = self._direct(group) if len(group) == 1 else None
+        if bundle is None:
+            bundle = self._sender.launch_internal(
+                run_bundle, (group,), getattr(calls[0][1], "__name__", "task"),
+                calls=len(calls))
         if bundle is None:
             for future, fn, args, kwargs in calls:
                 self._sender.launch_alone(future, fn, args, kwargs)
@@ -102,7 +109,7 @@ class SubmitStream(Stream):
         for index, (future, *_rest) in enumerate(calls):
             future._bundle = (bundle, index)
             mark_running(future)
-        bundle.add_done_callback(lambda done: self._finished(done, calls))
+        bundle.add_done_callback(lambda done: self._finished(cast(TaskFuture, done), calls))
 
     def drained(self, calls: list, error: BaseException) -> None:
         """The executor drained: the calls still held here fail with ``error``."""

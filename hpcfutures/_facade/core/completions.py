@@ -25,7 +25,7 @@ from ..._errors import RemoteTraceback, SerializationError
 from ..._remote.calls import restore_traceback
 from .futures import TaskFuture, settle
 
-__all__ = ["GATHERS", "SLOW_GATHER", "Completions"]
+__all__ = ["GATHERS", "SLOW_GATHER", "Completions", "as_serialization_error"]
 
 #: Batches of results fetched at once.  Dask's client runs at most five gathers
 #: at a time (its gather semaphore) and folds a gather that waits for its turn
@@ -168,7 +168,7 @@ class Completions:
         elif status == "error":
             if self.recover is not None and self.recover(dask_future, future, exception):
                 return
-            settle(future, exception=_as_serialization_error(restore_traceback(exception)))
+            settle(future, exception=as_serialization_error(restore_traceback(exception)))
         elif not future.done():
             self._lost()
 
@@ -242,7 +242,7 @@ class Completions:
                 # died in the same wave): recovery decides, as for any lost task.
                 if self.recover is not None and self.recover(dask_future, future, err):
                     continue
-                settle(future, exception=_as_serialization_error(restore_traceback(err)))
+                settle(future, exception=as_serialization_error(restore_traceback(err)))
             else:
                 settle(future, result=value)
 
@@ -257,7 +257,7 @@ def _late(batch: _Batch, fetch: asyncio.Future) -> None:
             settle(future, result=value)
 
 
-def _as_serialization_error(exc: BaseException) -> BaseException:
+def as_serialization_error(exc: BaseException) -> BaseException:
     """Dask's own failure to pickle a task or its result, as a :class:`SerializationError`.
 
     A call's own exceptions carry their remote traceback and are left alone;

@@ -105,6 +105,17 @@ class Recovery:
         if key != str(dask_future.key):  # an argument's task was lost, not this one
             await self._after_arguments(future, recipe)
             return
+        await self._judge(future, recipe, key, worker)
+
+    def lost_directly(self, future: TaskFuture, key: str, worker: str) -> None:
+        """``future``'s group, sent straight to ``worker`` under ``key`` (direct.py),
+        was lost with it: judged as any task lost with its worker."""
+        if future.done() or future._recipe is None:
+            return
+        self._background(self._judge(future, future._recipe, key, worker))
+
+    async def _judge(self, future: TaskFuture, recipe: tuple, key: str, worker: str) -> None:
+        """Blame the call the certificate names, or send the group again."""
         answer = await self._answer(worker)
         certificate: dict[str, Any] = answer.get("certificate") or {}
         culprit = certificate.get("culprit")

@@ -31,6 +31,7 @@ from ..._remote.modules import to_ship
 from ..._remote.shipping import ShippedFunction
 from ..._reports.summary import CALLS_ANNOTATION
 from .arguments import swap_futures
+from .direct import DirectLane
 from .futures import TaskFuture, settle
 from .tasks import needs_of
 
@@ -43,6 +44,23 @@ class _NotSentYet(Exception):
     """A future used as an argument is still waiting in the submission queue."""
 
 
+class _AfterDirect(Exception):
+    """A future used as an argument is a call sent straight to a worker (direct.py),
+    still running: Dask has no future of it to wait on, so its dependent waits here."""
+
+    def __init__(self, group: TaskFuture) -> None:
+        super().__init__()
+        self.group = group
+
+
+class _ArgumentFailed(Exception):
+    """A future used as an argument failed: its dependent fails with its error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
 class Sender:
     """Names tasks, swaps dependencies for Dask futures and sends them (loop thread).
 
@@ -50,13 +68,16 @@ class Sender:
         client: The Dask client.
         follow: ``follow(dask_future, future)`` settles ``future`` when its task ends.
         send_now: Sends a call still held for bundling at once (it became an argument).
+        requeue: Queues an item of :meth:`send_queued` again (its argument is now settled).
     """
 
     def __init__(self, client: Any, follow: Callable[[Any, TaskFuture], None],
-                 send_now: Callable[[TaskFuture], None]) -> None:
+                 send_now: Callable[[TaskFuture], None],
+                 requeue: Callable[[tuple], None]) -> None:
         self._client = client
         self._follow = follow
         self._send_now = send_now
+        self._requeue = requeue
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
         #: Annotate tasks with their call counts (only for the end-of-run summary).
@@ -95,6 +116,9 @@ class Sender:
                     groups = {}
                     resolved = self._resolve_or_settle(future, runner, fn, args, kwargs,
                                                        last_try=True)
+                if isinstance(resolved, _AfterDirect):
+                    self._after(resolved.group, (future, runner, fn, args, kwargs, depends))
+                    continue
                 if resolved is None:
                     continue
                 args, kwargs = resolved
@@ -106,6 +130,13 @@ class Sender:
             groups.setdefault((runner, calls, needs_of(fn)), []).append(
                 (future, fn, args, kwargs, self._key(name)))
         self._send_groups(groups)
+
+    def _after(self, group: TaskFuture, item: tuple) -> None:
+        """Queue ``item`` again once ``group`` (a direct call it depends on) is settled."""
+        def requeue(_done: cf.Future) -> None:
+            self._requeue(item)
+
+        group.add_done_callback(requeue)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
         for (runner, calls, needs), group in groups.items():
@@ -165,6 +196,14 @@ class Sender:
         self._follow(dask_future, internal)
         return internal
 
+    def launch_direct(self, calls: list, lane: DirectLane) -> TaskFuture | None:
+        """Send a bundle of one call straight to a worker (direct.py); None if it
+        must go the usual way (its function states needs: the scheduler places it)."""
+        if _resources_of(calls[0][0]) is not None:
+            return None
+        shipped = _shipped_functions((fn for fn, *_ in calls), to_ship(self._client))
+        return lane.launch([(shipped.get(id(fn), fn), *rest) for fn, *rest in calls])
+
     def resend(self, future: TaskFuture, recipe: tuple) -> None:
         """Send ``future``'s group again, as ``recipe`` says (its worker died under it)."""
         runner, fn, args, kwargs, depends = recipe
@@ -205,6 +244,11 @@ class Sender:
             if runner is run_chunk_task:  # args == (chunk,): a list of argument tuples
                 return ([swap_futures(item, self._dask_handle) for item in args[0]],), kwargs
             return swap_futures(args, self._dask_handle), swap_futures(kwargs, self._dask_handle)
+        except _AfterDirect as waiting:
+            return waiting
+        except _ArgumentFailed as failed:
+            settle(future, exception=failed.error)
+            return None
         except _NotSentYet:
             if not last_try:
                 return _NotSentYet
@@ -228,6 +272,12 @@ class Sender:
             self._send_now(future)
         if future._bundle is not None:
             bundle, index = future._bundle
+            if bundle._dask is None:  # sent straight to a worker (direct.py)
+                if not future.done():
+                    raise _AfterDirect(bundle)
+                if future.exception() is not None:
+                    raise _ArgumentFailed(future.exception())  # type: ignore[arg-type]
+                return future.result()  # the value travels with its dependent
             with self._counted(0):  # picks a value, runs no call
                 future._dask = self._client.submit(pick, bundle._dask, index,
                                                    key=self._key("pick"), pure=False)

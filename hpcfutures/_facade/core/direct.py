@@ -1,0 +1,137 @@
+"""A lone call goes straight to a worker when the executor has nothing else in flight.
+
+A loop that submits one call and waits for it (an optimiser's ask and tell, a
+chain whose next step depends on a look at the last result) pays a full
+round trip per call.  Through the scheduler that is four messages between
+processes and the scheduler's own work on two of them, about 3 ms here; sent
+straight to a worker, whose answer carries the outcome, about 1 ms
+(``_dask/direct.py``; figures in benchmarks/README.md).  Nothing is lost by
+leaving the scheduler out when nothing else is in flight: every worker is
+idle, so there is no placement to decide.  Anything else goes the usual way:
+a second call in flight, a call that states needs (the scheduler places it
+by its resources), a call that cannot be pickled (the usual way names what),
+a launch whose workers may retire while idle (``release_idle_after``: the
+scheduler would not see the call), a client that cannot reach the workers
+(SSH), or the end-of-run summary on (its counts are the scheduler's).
+
+The call stays a bundle of one (``bundles.py``), so it is delivered, timed
+and paced as any bundle.  Should its worker be lost under it, the death
+certificate decides as for any task (``recovery.py``): a call that killed
+its worker fails with ``WorkerCrashError``, any other is sent again, the
+usual way.  A worker that refuses (closing, paused) gets the call sent the
+usual way at once, and no more direct calls.
+
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ..._remote.calls import restore_traceback, run_bundle
+from .completions import as_serialization_error
+from .futures import TaskFuture, settle
+
+__all__ = ["DirectLane"]
+
+logger = logging.getLogger("hpcfutures")
+
+
+class DirectLane:
+    """Sends lone calls straight to a worker, and takes care of their ends.
+
+    Args:
+        client: The Dask client.
+        workers: The addresses of the workers present (the roster's).
+        resend: ``resend(future, recipe)`` sends a group the usual way under ``future``.
+        lost: ``lost(future, key, worker)``: the group was lost with its worker (recovery).
+        background: runs a coroutine on the loop without waiting for it.
+        scheduler_lost: called when the scheduler is lost while calls run here, as
+            for the tasks whose Dask futures Dask then cancels (completions.py).
+    """
+
+    def __init__(self, client: Any, workers: Callable[[], Any],
+                 resend: Callable[[TaskFuture, tuple], None],
+                 lost: Callable[[TaskFuture, str, str], None],
+                 background: Callable[[Any], object],
+                 scheduler_lost: Callable[[], None]) -> None:
+        from ... import _dask  # the client is connected: distributed is imported already
+
+        self._dask = _dask
+        self._client = client
+        self._workers = workers
+        self._resend = resend
+        self._lost = lost
+        self._background = background
+        self._scheduler_lost = scheduler_lost
+        #: The groups running here now.
+        self._running: set[TaskFuture] = set()
+        _dask.on_scheduler_lost(client, self._heard_scheduler_lost)
+        #: Whether this launch allows direct calls at all (the client side decides).
+        self.enabled = False
+        #: Workers that refused a call or were lost under one: never asked again.
+        self._avoided: set[str] = set()
+        self._prefix = f"hpcf-direct-{uuid.uuid4().hex[:8]}-"
+        self._counter = itertools.count()
+        #: Calls sent this way, and those that went the usual way in the end.
+        self.sent = 0
+        self.rerouted = 0
+
+    def launch(self, calls: list) -> TaskFuture | None:
+        """Send a bundle of one call (functions already shipped) to a worker; its
+        group's future, or None when it must go the usual way."""
+        if not self.enabled:
+            return None
+        worker = next((address for address in self._workers()
+                       if address not in self._avoided), None)
+        if worker is None:
+            return None
+        try:
+            packed = self._dask.pack_calls(calls)
+        except Exception:  # the usual way says which part cannot be pickled
+            return None
+        key = f"{self._prefix}{next(self._counter)}"
+        group = TaskFuture()
+        group._recipe = (run_bundle, None, (calls,), {}, False)
+        self.sent += 1
+        self._running.add(group)
+        group.add_done_callback(self._running.discard)
+        self._background(self._run(group, worker, key, packed))
+        return group
+
+    def avoid(self, worker: str) -> None:
+        """``worker`` left the cluster: never ask it again."""
+        self._avoided.add(worker)
+
+    def _heard_scheduler_lost(self) -> None:
+        if self._running:
+            self._scheduler_lost()
+
+    async def _run(self, group: TaskFuture, worker: str, key: str, packed: Any) -> None:
+        try:
+            outcome = await self._dask.call_direct(self._client, worker, key, packed)
+        except asyncio.CancelledError:
+            raise
+        except self._dask.DirectRefused as err:
+            logger.debug("%s; sent the usual way", err)
+            self._avoided.add(worker)
+            self._reroute(group)
+        except self._dask.DirectLost as err:
+            logger.debug("%s (call %s)", err, key)
+            self._avoided.add(worker)
+            self.rerouted += 1
+            self._lost(group, key, worker)
+        except Exception as err:  # the runner's own failure, or an unpicklable result
+            settle(group, exception=as_serialization_error(restore_traceback(err)))
+        else:
+            settle(group, result=outcome)
+
+    def _reroute(self, group: TaskFuture) -> None:
+        if not group.done() and group._recipe is not None:
+            self.rerouted += 1
+            self._resend(group, group._recipe)
