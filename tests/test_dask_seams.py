@@ -1300,6 +1300,10 @@ def test_a_direct_call_runs_as_daskss_task_runner_runs_it_and_its_answer_carries
             cluster.workers[0]._worker.status = Status.paused
             with pytest.raises(_dask.DirectRefused):
                 await _dask.call_direct(cluster.client, worker, "direct-3", calls)
+            cluster.workers[0]._worker.status = Status.running
+            cluster.workers[0]._joined = False  # as before its plug-ins ran
+            with pytest.raises(_dask.DirectRefused):
+                await _dask.call_direct(cluster.client, worker, "direct-4", calls)
 
     run(scenario())
 

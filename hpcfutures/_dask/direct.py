@@ -23,6 +23,7 @@ Data flow::
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from distributed import Client, Worker
@@ -55,11 +56,17 @@ class DirectLost(Exception):
     """The connection to the worker broke before its answer: the worker is probably gone."""
 
 
-def serve_direct_calls(worker: Worker) -> None:
-    """Let ``worker`` run the calls a client sends it directly."""
+def serve_direct_calls(worker: Worker, joined: Callable[[], bool]) -> None:
+    """Let ``worker`` run the calls a client sends it directly, once ``joined()``.
+
+    Dask's worker takes tasks once it has run the plug-ins the scheduler handed
+    it as it joined (the executor's initializer among them); it listens, and
+    says it runs, before that.  Until ``joined()`` a call is refused, and goes
+    the usual way.
+    """
 
     async def run(comm: Any = None, key: str = "", calls: Any = None) -> dict[str, Any]:
-        if worker.status.name != "running":  # closing, paused: the scheduler's way
+        if not joined() or worker.status.name != "running":  # closing, paused: refused
             return {"status": "refused"}
         # Dask's own task runner (see the module's docstring); its failure is the
         # runner's own (the initializer's failure), never the call's.
