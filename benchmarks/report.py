@@ -124,6 +124,8 @@ TARGETS = (
            "mpiexec-per-call", "mpi_calls"),
     Target("round trip (median) ≤ 1.0× mpi4py.futures", "round_trip", 1.0, False,
            "mpi4py-futures", "round_trip"),
+    Target("round trip (median) ≤ 1.0× Parsl", "round_trip", 1.0, False,
+           "parsl", "round_trip"),
 )
 
 
