@@ -91,7 +91,8 @@ class TaskBridge(ClusterView):
                                   self._completions.in_background)
         self._completions.recover = self._recovery.lost
         #: Lone calls straight to a worker (the client side enables it): direct.py.
-        self.direct = DirectLane(client, lambda: self.roster.seen, self._sender.resend,
+        self.direct = DirectLane(client, lambda: self.roster.seen, self.batcher.durations.get,
+                                 self._sender.resend,
                                  self._recovery.lost_directly, self._completions.in_background,
                                  self._connection_lost)
         self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct)

@@ -7,7 +7,15 @@ processes and the scheduler's own work on two of them, about 3 ms here; sent
 straight to a worker, whose answer carries the outcome, about 1 ms
 (``_dask/direct.py``; figures in benchmarks/README.md).  Nothing is lost by
 leaving the scheduler out when nothing else is in flight: every worker is
-idle, so there is no placement to decide.  Anything else goes the usual way:
+idle, so there is no placement to decide.
+
+But the scheduler does not see the call either: while it runs, the next call
+(or an MPI call's ranks) may be placed on its worker, idle to the scheduler's
+eyes, and wait behind it.  So only calls of a function known to be short go
+this way (:data:`SHORT_CALL`, the batching engine's estimate): the wait they
+can cause is as short as the time they save.  A function's first call, and
+the calls of one that takes longer, go through the scheduler.  Anything else
+goes the usual way too:
 a second call in flight, a call that states needs (the scheduler places it
 by its resources), a call that cannot be pickled (the usual way names what),
 a launch whose workers may retire while idle (``release_idle_after``: the
@@ -19,7 +27,7 @@ and paced as any bundle.  Should its worker be lost under it, the death
 certificate decides as for any task (``recovery.py``): a call that killed
 its worker fails with ``WorkerCrashError``, any other is sent again, the
 usual way.  A worker that refuses (closing, paused) gets the call sent the
-usual way at once, and no more direct calls.
+usual way at once, and is asked no more.
 
 Loop thread only.
 """
@@ -37,9 +45,15 @@ from ..._remote.calls import restore_traceback, run_bundle
 from .completions import as_serialization_error
 from .futures import TaskFuture, settle
 
-__all__ = ["DirectLane"]
+__all__ = ["SHORT_CALL", "DirectLane"]
 
 logger = logging.getLogger("hpcfutures")
+
+#: Seconds a function's calls may take, by the batching engine's estimate, to go
+#: straight to a worker: about ten times the 2 ms the lane saves, so that a lone
+#: call of a longer function loses under 20 % by going the usual way, and a call
+#: placed on its worker meanwhile waits no longer than that.
+SHORT_CALL = 0.01
 
 
 class DirectLane:
@@ -48,6 +62,7 @@ class DirectLane:
     Args:
         client: The Dask client.
         workers: The addresses of the workers present (the roster's).
+        estimate: A function's seconds per call so far (None: never measured).
         resend: ``resend(future, recipe)`` sends a group the usual way under ``future``.
         lost: ``lost(future, key, worker)``: the group was lost with its worker (recovery).
         background: runs a coroutine on the loop without waiting for it.
@@ -56,6 +71,7 @@ class DirectLane:
     """
 
     def __init__(self, client: Any, workers: Callable[[], Any],
+                 estimate: Callable[[Callable[..., Any]], float | None],
                  resend: Callable[[TaskFuture, tuple], None],
                  lost: Callable[[TaskFuture, str, str], None],
                  background: Callable[[Any], object],
@@ -65,6 +81,7 @@ class DirectLane:
         self._dask = _dask
         self._client = client
         self._workers = workers
+        self._estimate = estimate
         self._resend = resend
         self._lost = lost
         self._background = background
@@ -81,6 +98,14 @@ class DirectLane:
         #: Calls sent this way, and those that went the usual way in the end.
         self.sent = 0
         self.rerouted = 0
+
+    def takes(self, fn: Callable[..., Any]) -> bool:
+        """Whether a lone call of ``fn`` may go this way: the lane is on, and ``fn``
+        is known to be short."""
+        if not self.enabled:
+            return False
+        seconds = self._estimate(fn)
+        return seconds is not None and seconds <= SHORT_CALL
 
     def launch(self, calls: list) -> TaskFuture | None:
         """Send a bundle of one call (functions already shipped) to a worker; its

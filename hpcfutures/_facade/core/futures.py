@@ -92,6 +92,9 @@ class TaskFuture(cf.Future):
     #: When a group's task was sent (``time.monotonic``), for ``pacing.py``; a class
     #: default, so that the futures of single calls (10⁶ may be held) carry nothing.
     _sent_at: float | None = None
+    #: The direct call it waits for before it can be sent (sending.py), while it
+    #: does: its own dependents wait for that call too.  A class default, as above.
+    _parked: TaskFuture | None = None
 
     def __init__(self) -> None:
         super().__init__()

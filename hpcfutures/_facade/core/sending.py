@@ -25,8 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..._errors import SerializationError
-from ..._remote.calls import Rows, pick, pickling_error, run_bundle, run_chunk_task, run_task
+from ..._remote.calls import Rows, pick, run_bundle, run_chunk_task, run_task
 from ..._remote.modules import to_ship
 from ..._remote.shipping import ShippedFunction
 from ..._reports.summary import CALLS_ANNOTATION
@@ -34,6 +33,7 @@ from .arguments import swap_futures
 from .direct import DirectLane
 from .futures import TaskFuture, settle
 from .tasks import needs_of
+from .unsendable import submission_error, unpicklable_part
 
 __all__ = ["Sender"]
 
@@ -108,6 +108,8 @@ class Sender:
                 continue
             # Kept until it is done: to send it again if its worker dies (recovery.py).
             future._recipe = (runner, fn, args, kwargs, depends)
+            if future._parked is not None:
+                future._parked = None  # parked no more: it is being sent now
             if depends:
                 resolved = self._resolve_or_settle(future, runner, fn, args, kwargs)
                 if resolved is _NotSentYet:
@@ -132,10 +134,15 @@ class Sender:
         self._send_groups(groups)
 
     def _after(self, group: TaskFuture, item: tuple) -> None:
-        """Queue ``item`` again once ``group`` (a direct call it depends on) is settled."""
+        """Queue ``item`` again once ``group`` (a direct call it depends on) is settled.
+
+        Its own dependents, sent meanwhile, wait for ``group`` too: they are queued
+        again after it (done callbacks run in the order they were added), so it is
+        sent before them."""
         def requeue(_done: cf.Future) -> None:
             self._requeue(item)
 
+        item[0]._parked = group
         group.add_done_callback(requeue)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
@@ -169,8 +176,8 @@ class Sender:
                                            key=f"{key}-alone", **_restricted(_resources_of(fn)),
                                            pure=False)
         except Exception as err:
-            settle(future, exception=_submission_error(
-                fn, err, _unpicklable_part(runner, fn, args, kwargs)))
+            settle(future, exception=submission_error(
+                fn, err, unpicklable_part(runner, fn, args, kwargs)))
             return None
 
     # ------------------------------------------------------ single tasks
@@ -198,8 +205,10 @@ class Sender:
 
     def launch_direct(self, calls: list, lane: DirectLane) -> TaskFuture | None:
         """Send a bundle of one call straight to a worker (direct.py); None if it
-        must go the usual way (its function states needs: the scheduler places it)."""
-        if _resources_of(calls[0][0]) is not None:
+        must go the usual way (its function states needs: the scheduler places it; or
+        is not known to be short: see direct.py)."""
+        fn = calls[0][0]
+        if _resources_of(fn) is not None or not lane.takes(fn):
             return None
         shipped = _shipped_functions((fn for fn, *_ in calls), to_ship(self._client))
         return lane.launch([(shipped.get(id(fn), fn), *rest) for fn, *rest in calls])
@@ -257,7 +266,7 @@ class Sender:
             settle(future, exception=err)
             return None
         except Exception as err:
-            settle(future, exception=_submission_error(fn, err))
+            settle(future, exception=submission_error(fn, err))
             return None
 
     def _dask_handle(self, future: cf.Future) -> Any:
@@ -268,6 +277,8 @@ class Sender:
             return future._dask
         if future.cancelled():
             raise cf.CancelledError("a future passed as an argument was cancelled")
+        if future._parked is not None and not future.done():
+            raise _AfterDirect(future._parked)  # it waits for a direct call: so does this
         if future._bundle is None and not future.done():
             self._send_now(future)
         if future._bundle is not None:
@@ -325,67 +336,3 @@ def _shipped_functions(functions: Iterable[Callable[..., Any]],
             except Exception:
                 unpicklable.add(id(fn))
     return shipped
-
-
-def _unpicklable_part(runner: Callable[..., Any], fn: Callable[..., Any], args: tuple,
-                      kwargs: dict) -> tuple[str, BaseException] | None:
-    """Which part of a call cannot be pickled, named as its caller wrote it (the
-    function, positional argument 2, keyword argument 'lock', a map item's
-    argument), and cloudpickle's own error for it; None if each part pickles.
-
-    Dask's error for the whole task names its own wrapper ("Could not serialize
-    object of type LLGExpr"), which tells the user nothing about their call.
-    """
-    failure = pickling_error(fn)
-    if failure is not None:
-        return "function", failure
-    if runner is run_chunk_task:
-        chunk = args[0]
-        rows = chunk.items if isinstance(chunk, Rows) else chunk
-        spread = chunk.spread if isinstance(chunk, Rows) else True
-        for row in rows:
-            for position, value in enumerate(row if spread else (row,), start=1):
-                failure = pickling_error(value)
-                if failure is not None:
-                    return f"map item's argument {position} ({_kind(value)})", failure
-        return None
-    for position, value in enumerate(args, start=1):
-        failure = pickling_error(value)
-        if failure is not None:
-            return f"positional argument {position} ({_kind(value)})", failure
-    for name, value in kwargs.items():
-        failure = pickling_error(value)
-        if failure is not None:
-            return f"keyword argument {name!r} ({_kind(value)})", failure
-    return None
-
-
-def _kind(value: Any) -> str:
-    kind = type(value)
-    if kind.__module__ == "builtins":
-        return f"a {kind.__qualname__}"
-    return f"a {kind.__module__}.{kind.__qualname__}"
-
-
-def _submission_error(fn: Callable[..., Any], err: Exception,
-                      part: tuple[str, BaseException] | None = None) -> Exception:
-    """Explain why a task could not even be sent (usually: it cannot be pickled)."""
-    name = getattr(fn, "__qualname__", repr(fn))
-    if isinstance(err, (cf.CancelledError, RuntimeError)) and "argument" in str(err):
-        return err
-    if part is not None:
-        what, cause = part
-        named = SerializationError(
-            f"could not send task {name!r} to the cluster: its {what} cannot be pickled "
-            f"({type(cause).__name__}: {cause}). A function and its arguments must be "
-            "picklable with cloudpickle: pass plain data (numbers, strings, arrays, "
-            "paths), and open files, locks, sockets or clients inside the function")
-        named.__cause__ = cause
-        return named
-    wrapped = SerializationError(
-        f"could not send task {name!r} to the cluster: {type(err).__name__}: {err}. "
-        "The function and its arguments must be picklable with cloudpickle (no open "
-        "files, locks, sockets or generators)"
-    )
-    wrapped.__cause__ = err
-    return wrapped
