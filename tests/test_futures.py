@@ -21,8 +21,8 @@ def later(seconds: float, fn, *args) -> threading.Timer:
 
 
 #: Measured in a process of its own: tracemalloc counts what every thread allocates,
-#: and in the suite's process threads left by earlier tests (an executor's loop
-#: winding down) once added 4 MB to the 5.4 MB of 10,000 futures (CI, Python 3.10).
+#: and in the suite's process something else (other threads there, not identified)
+#: once added 4 MB to the 5.4 MB of 10,000 futures (a full run on Python 3.10).
 MEASURE = """
 import concurrent.futures as cf, gc, tracemalloc
 from hpcfutures._facade.core.futures import TaskFuture
