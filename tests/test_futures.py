@@ -33,6 +33,7 @@ ours = [TaskFuture() for _ in range(10_000)]
 middle = tracemalloc.get_traced_memory()[0]
 theirs = [cf.Future() for _ in range(10_000)]
 after = tracemalloc.get_traced_memory()[0]
+assert len(ours) == len(theirs)
 print(middle - before, after - middle)
 """
 

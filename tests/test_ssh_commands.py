@@ -13,6 +13,7 @@ import shutil
 import subprocess
 
 import pytest
+from helpers import require
 
 import hpcfutures
 from hpcfutures._ssh import shell
@@ -98,9 +99,10 @@ def test_the_login_shell_sees_only_two_plain_words():
     assert not set(remote) & set("$`'\"\\!*?[]{}~;&|<>()#%\n")
 
 
-@pytest.mark.skipif(shutil.which("tcsh") is None, reason="tcsh is not installed")
 def test_a_tcsh_login_shell_runs_the_script_sent_on_stdin(tmp_path):
     """As sshd runs a command: ``<login shell> -c "<command>"``, the script on stdin."""
+    # ci/ssh-lab-up.sh installs tcsh (the lab's login shell): under CI=true never skipped.
+    require(shutil.which("tcsh") is not None, "tcsh (apt-get install tcsh)")
     target = tmp_path / "it's $HOME `id` !x"
     text = "line 1\n$HOME `id` 'quoted' \"double\" !bang\n"
     done = subprocess.run(["tcsh", "-c", " ".join(shell.REMOTE_SHELL)], text=True,

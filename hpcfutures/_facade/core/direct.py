@@ -108,10 +108,8 @@ class DirectLane:
         return seconds is not None and seconds <= SHORT_CALL
 
     def launch(self, calls: list) -> TaskFuture | None:
-        """Send a bundle of one call (functions already shipped) to a worker; its
-        group's future, or None when it must go the usual way."""
-        if not self.enabled:
-            return None
+        """Send a bundle of one call (functions already shipped; :meth:`takes` said
+        yes) to a worker; its group's future, or None when it must go the usual way."""
         worker = next((address for address in self._workers()
                        if address not in self._avoided), None)
         if worker is None:

@@ -19,7 +19,7 @@ __all__ = ["submission_error", "unpicklable_part"]
 
 
 def unpicklable_part(runner: Callable[..., Any], fn: Callable[..., Any], args: tuple,
-                      kwargs: dict) -> tuple[str, BaseException] | None:
+                     kwargs: dict) -> tuple[str, BaseException] | None:
     """Which part of a call cannot be pickled, named as its caller wrote it (the
     function, positional argument 2, keyword argument 'lock', a map item's
     argument), and cloudpickle's own error for it; None if each part pickles.
@@ -59,7 +59,7 @@ def _kind(value: Any) -> str:
 
 
 def submission_error(fn: Callable[..., Any], err: Exception,
-                      part: tuple[str, BaseException] | None = None) -> Exception:
+                     part: tuple[str, BaseException] | None = None) -> Exception:
     """Explain why a task could not even be sent (usually: it cannot be pickled)."""
     name = getattr(fn, "__qualname__", repr(fn))
     if isinstance(err, (cf.CancelledError, RuntimeError)) and "argument" in str(err):
