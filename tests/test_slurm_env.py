@@ -16,6 +16,7 @@ from hpcfutures._launch.plan import bind_address, negotiate
 from hpcfutures._launch.roles import Role
 from hpcfutures._support.config import resolve_settings
 from hpcfutures.launchers import SchedulerInfo, _slurm_array, detect_launcher
+from hpcfutures.launchers._schedfile import JobFileExchange
 from hpcfutures.launchers._slurm_array import ArrayFileExchange
 from hpcfutures.launchers._slurm_env import expand_counts, memory_bytes
 from hpcfutures.launchers.slurm import SlurmLauncher
@@ -73,6 +74,21 @@ def test_srun_step_is_detected_and_gives_roles_from_procid():
     assert {p.identity.launch_id for p in plans} == {"slurm-lab-42.0"}
     assert "SLURM_STEP_ID" in plans[0].reason
     assert plans[0].exchange.path.name == "scheduler-slurm-lab-42.0.json"
+
+
+def test_a_step_leaves_an_end_marker_that_sends_a_late_rank_home(tmp_path, monkeypatch):
+    """Ranks of a step start seconds apart: one that starts after the client finished
+    finds the "finished" marker and exits 0, instead of waiting out the start-up timeout
+    for a scheduler file the scheduler deleted and failing a launch that succeeded."""
+    monkeypatch.setattr(_slurm_array, "submit_time", lambda job: time.time() - 60)
+    where = settings(scheduler_file=str(tmp_path / "s-{launch_id}.json"))
+    scheduler, late = (negotiate(where, step_env(rank, 4)).exchange for rank in (0, 3))
+    assert isinstance(late, JobFileExchange) and late.tombstone and late.job_id == "42"
+    published = SchedulerInfo(address="tcp://127.0.0.1:1", launch_id="slurm-lab-42.0")
+    scheduler.publish(published)
+    scheduler.finish(published)
+    with pytest.raises(LaunchFinished):
+        late.lookup(timeout=5)
 
 
 def test_two_steps_and_two_clusters_never_share_a_launch():
@@ -265,7 +281,7 @@ def test_end_marker_older_than_the_array_is_from_a_reused_job_id(tmp_path, monke
                         created=time.time() - 3600)
     (tmp_path / "s.json").write_text(old.to_json())
     (tmp_path / "s.json").chmod(0o600)
-    with pytest.raises(TimeoutError, match="earlier array with the same job id"):
+    with pytest.raises(TimeoutError, match="end marker of an earlier job 70"):
         exchange.lookup(timeout=0.3)
 
 

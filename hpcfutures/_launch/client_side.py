@@ -228,7 +228,8 @@ class ClientSide:
         else:
             exchange = plan.peers_exchange
             patience = Patience.for_launch(plan.identity.size, timeout)
-            info = self._run(find_scheduler(_dask, exchange, timeout, patience=patience),
+            info = self._run(find_scheduler(_dask, exchange, timeout, patience=patience,
+                                            rank=plan.identity.rank),
                              timeout + patience.busy_grace + patience.probe_timeout + 1,
                              exchange.description)
             environment.check("this client", info.versions,

@@ -22,6 +22,7 @@ import random
 from types import ModuleType
 
 from .._errors import LaunchFinished, StartupTimeoutError
+from .._support import interleave
 from .._support.patience import Patience, jittered
 from ..launchers import AddressExchange, SchedulerInfo
 
@@ -43,12 +44,13 @@ SILENT_AGAIN_AFTER = 0.1
 
 async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: float, *,
                          may_be_late: bool = False, patience: Patience | None = None,
-                         spread: bool = False) -> SchedulerInfo:
+                         spread: bool = False, rank: int = -1) -> SchedulerInfo:
     """Look the scheduler up and make sure it answers; skip stale entries until the deadline.
 
     ``may_be_late``: a worker, which may start after the launch ended (the
     client never can); see :attr:`AddressExchange.silence_means_finished`.
     ``patience``: the launch's waits (a probe's timeout grows with its size).
+    ``rank``: who looks (for :mod:`~hpcfutures._support.interleave`'s pauses).
     ``spread``: once the address is known, wait a random part of
     :attr:`Patience.herd` before the probe (and so the join).  Every waiting
     rank learns the address in the same second (the file appears, the
@@ -87,6 +89,9 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
             await asyncio.sleep(pause)
             deadline += pause + spread_over
             spread_over = 0.0
+        delay = interleave.pause("before-connect", rank)
+        if delay:
+            await asyncio.sleep(delay)
         security = _dask.make_security(info.security)
         remaining = max(deadline - loop.time(), 0.1)
         knock = await _dask.knock(info.address, min(patience.probe_timeout, remaining), security)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from types import ModuleType
 
-from .._support import environment
+from .._support import environment, interleave
 from .._support.config import Settings
 from .._support.loop import stop_on_signals
 from ..launchers import SchedulerInfo
@@ -71,5 +72,8 @@ async def play_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, host
         return await service.serve(client_timeout=timeout)
     finally:
         await service.close()
+        delay = interleave.pause("scheduler-closing", plan.identity.rank)
+        if delay:
+            await asyncio.sleep(delay)
         plan.peers_exchange.finish(info)
 

@@ -37,7 +37,7 @@ async def play_worker(_dask: ModuleType, settings: Settings, plan: Plan, host, i
     identity = plan.identity
     patience = Patience.for_launch(identity.size, timeout)
     info = await find_scheduler(_dask, plan.peers_exchange, timeout, may_be_late=True,
-                                patience=patience, spread=True)
+                                patience=patience, spread=True, rank=identity.rank)
     share = gpus_of_worker(settings, identity, os.environ, first_worker)
     install_gpus(share.ids, share.variables, own=share.own)
     set_location(f"rank {identity.rank} ({identity.launcher}) on {socket.gethostname()}")

@@ -16,26 +16,27 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import cast
 
 from .._errors import LaunchFinished, SchedulerFileError, StartupTimeoutError
+from .._support import interleave
 from .._support.config import expand_template
 from .._support.patience import in_seconds, shared_file_poll
 from ._exchange import AddressExchange, SchedulerInfo
 from ._identity import Identity
 
-__all__ = ["SchedulerFileExchange", "default_scheduler_file", "read_scheduler_file",
-           "template_fields"]
+__all__ = ["JobFileExchange", "SchedulerFileExchange", "default_scheduler_file",
+           "read_scheduler_file", "template_fields"]
 
 logger = logging.getLogger("hpcfutures")
 
 DEFAULT_TEMPLATE = "~/.hpcfutures/scheduler-{launch_id}.json"
 #: Seconds a "launch finished" tombstone is kept before a later launch deletes it.
 TOMBSTONE_LIFETIME = 24 * 3600.0
-
-
+#: Clock difference tolerated between the batch system's controller and the scheduler's node.
+CLOCK_SLACK = 5.0
 
 
 def default_scheduler_file(template: str | None, fields: dict[str, str]) -> Path:
@@ -138,6 +139,9 @@ class SchedulerFileExchange(AddressExchange):
                 yield min(pause, timeout)
         reported: set[str] = set()
         while True:
+            delay = interleave.pause("before-read", self.rank)
+            if delay:
+                yield delay
             self._last_read = time.monotonic()
             info = self._read_quietly()
             if info is not None:
@@ -179,6 +183,44 @@ class SchedulerFileExchange(AddressExchange):
     def _read_quietly(self) -> SchedulerInfo | None:
         """The file's content; None while it is absent or half-written."""
         return read_scheduler_file(self.path)
+
+
+class JobFileExchange(SchedulerFileExchange):
+    """The scheduler file of a batch job's launch: tombstoned at the end, wary of old tombstones.
+
+    Ranks of a batch job start when their node gets to them, seconds apart on a
+    busy cluster, and may start after the client finished.  A late rank that
+    finds the "finished" marker exits 0 at once; without the marker it would
+    wait out the whole start-up timeout for a scheduler that has gone, and fail
+    a launch that succeeded.
+
+    A job id comes back when the batch system's state is wiped (a fresh cluster
+    counts from 1 again), so a marker written before this job was submitted
+    belongs to an earlier job with the same id and is ignored.  ``submitted``
+    says when the job was submitted (epoch seconds, None if the batch system
+    cannot tell: the marker is then trusted); it is asked only when a marker is
+    found, once per marker.
+    """
+
+    def __init__(self, path: Path, launch_id: str, rank: int, *, job_id: str,
+                 submitted: Callable[[str], float | None]) -> None:
+        super().__init__(path, launch_id, rank, tombstone=True)
+        self.job_id = job_id
+        self._submitted = submitted
+        self._predates: dict[str, bool] = {}
+
+    def _judge(self, info: SchedulerInfo, stale: SchedulerInfo | None) -> str | None:
+        if info.finished and info.launch_id == self.launch_id and self._older_than_job(info):
+            return (f"it is the end marker of an earlier job {self.job_id} (written before "
+                    "this one was submitted)")
+        return super()._judge(info, stale)
+
+    def _older_than_job(self, info: SchedulerInfo) -> bool:
+        if info.nonce not in self._predates:
+            submitted = self._submitted(self.job_id)
+            self._predates[info.nonce] = (submitted is not None
+                                          and info.created < submitted - CLOCK_SLACK)
+        return self._predates[info.nonce]
 
 
 def read_scheduler_file(path: Path) -> SchedulerInfo | None:

@@ -31,20 +31,17 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .._errors import LauncherError
 from ._batchenv import COMMAND_TIMEOUT, int_var, run_command
-from ._exchange import SchedulerInfo
-from ._schedfile import SchedulerFileExchange
+from ._schedfile import JobFileExchange, SchedulerFileExchange
 from ._slurm_env import SYSTEM
 
 __all__ = ["ArrayFileExchange", "ArrayPosition", "array_position", "cancel_pending",
-           "element_gone"]
+           "element_gone", "job_exchange"]
 
-#: Clock difference tolerated between the controller and the scheduler's node.
-CLOCK_SLACK = 5.0
 #: Seconds an element waits for the scheduler before it first asks the batch system
 #: whether the scheduler's element still exists, and then between two asks.  Every
 #: waiting element asks, so not too often: a 1000-element array asks ~30 times a second.
@@ -94,20 +91,21 @@ def array_position(environ: Mapping[str, str]) -> ArrayPosition:
     return ArrayPosition(job, index, (index - first) // stride, count, first)
 
 
-class ArrayFileExchange(SchedulerFileExchange):
-    """The scheduler file of a job array: tombstoned at the end, wary of old tombstones,
-    and not waited for once the scheduler's element is gone."""
+class ArrayFileExchange(JobFileExchange):
+    """The scheduler file of a job array: a job's file (:class:`JobFileExchange`), not
+    waited for once the scheduler's element is gone."""
 
     #: How the batch system is named in messages.
     system = "Slurm"
 
     def __init__(self, path: Path, launch_id: str, rank: int, *, array_job_id: str,
-                 scheduler_index: int | None = None) -> None:
-        super().__init__(path, launch_id, rank, tombstone=True)
+                 scheduler_index: int | None = None,
+                 submitted: Callable[[str], float | None] | None = None) -> None:
+        super().__init__(path, launch_id, rank, job_id=array_job_id,
+                         submitted=submitted or submit_time)
         self.array_job_id = array_job_id
         #: The array index of the scheduler's element (rank 0); None: not checked.
         self.scheduler_index = scheduler_index
-        self._predates: dict[str, bool] = {}
         self._next_check = time.monotonic() + ELEMENT_FIRST_CHECK
 
     @classmethod
@@ -136,18 +134,13 @@ class ArrayFileExchange(SchedulerFileExchange):
         None while it is pending or running, or when the batch system cannot tell."""
         return element_gone(self.array_job_id, self.scheduler_index)
 
-    def _judge(self, info: SchedulerInfo, stale: SchedulerInfo | None) -> str | None:
-        if info.finished and info.launch_id == self.launch_id and self._older_than_array(info):
-            return ("it is the end marker of an earlier array with the same job id "
-                    "(written before this array was submitted)")
-        return super()._judge(info, stale)
 
-    def _older_than_array(self, info: SchedulerInfo) -> bool:
-        if info.nonce not in self._predates:
-            submitted = submit_time(self.array_job_id)
-            self._predates[info.nonce] = (submitted is not None
-                                          and info.created < submitted - CLOCK_SLACK)
-        return self._predates[info.nonce]
+def job_exchange(settings, identity, job_id: str) -> JobFileExchange:
+    """The scheduler file of a Slurm step or batch script (not an array): see
+    :class:`JobFileExchange`."""
+    plain = SchedulerFileExchange.for_launch(settings, identity)
+    return JobFileExchange(plain.path, identity.launch_id, identity.rank, job_id=job_id,
+                           submitted=submit_time)
 
 
 def element_gone(array_job_id: str, index: int | None) -> str | None:

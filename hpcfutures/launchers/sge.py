@@ -31,13 +31,14 @@ from __future__ import annotations
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
+from pathlib import Path
 
 from .._errors import LauncherError
 from ._batchenv import COMMAND_TIMEOUT, int_var, parse_int, parse_span, run_command
-from ._exchange import AddressExchange, SchedulerInfo
+from ._exchange import AddressExchange
 from ._identity import Identity
 from ._jobarray import ArrayPosition, JobArrayLauncher, Mode
-from ._slurm_array import CLOCK_SLACK, ArrayFileExchange
+from ._slurm_array import ArrayFileExchange
 
 __all__ = ["SGELauncher"]
 
@@ -105,16 +106,13 @@ class SGEArrayExchange(ArrayFileExchange):
 
     system = SYSTEM
 
+    def __init__(self, path: Path, launch_id: str, rank: int, *, array_job_id: str,
+                 scheduler_index: int | None = None) -> None:
+        super().__init__(path, launch_id, rank, array_job_id=array_job_id,
+                         scheduler_index=scheduler_index, submitted=submission_time)
+
     def scheduler_element_gone(self) -> str | None:
         return task_gone(self.array_job_id, self.scheduler_index)
-
-    def _older_than_array(self, info: SchedulerInfo) -> bool:
-        if info.nonce not in self._predates:
-            submitted = submission_time(self.array_job_id)
-            self._predates[info.nonce] = (submitted is not None
-                                          and info.created < submitted - CLOCK_SLACK)
-        return self._predates[info.nonce]
-
 
 def _first_host_slots(path: str) -> int | None:
     """Slots of the first line of a PE_HOSTFILE ("host slots queue processors"): the master

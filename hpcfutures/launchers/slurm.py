@@ -31,7 +31,7 @@ from ._base import Launcher
 from ._batchenv import int_var
 from ._exchange import AddressExchange
 from ._identity import Identity, minimum_size
-from ._slurm_array import ArrayFileExchange, array_position, cancel_pending
+from ._slurm_array import ArrayFileExchange, array_position, cancel_pending, job_exchange
 from ._slurm_env import (
     SYSTEM,
     Mode,
@@ -195,6 +195,9 @@ class SlurmLauncher(Launcher):
         if array_job:
             return ArrayFileExchange.for_array(self.settings, identity, array_job,
                                                array_position(self.environ).first)
+        job = identity.fields.get("job_id")
+        if job:
+            return job_exchange(self.settings, identity, job)
         return super().address_exchange(identity)
 
     def client_finished(self, identity: Identity, exit_status: int,
