@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
+import pace
 import pytest
 from helpers import (
     FAILURE_TIMES,
@@ -15,6 +17,69 @@ from helpers import (
     require,
     slurm_is_up,
 )
+
+
+def pytest_configure(config) -> None:
+    """Measure the run's slowdown factor once (:mod:`pace`), before any test starts."""
+    if pace.VARIABLE not in os.environ:
+        os.environ[pace.VARIABLE] = str(pace.measure())
+
+
+def pytest_report_header(config) -> str:
+    return (f"slowdown factor {pace.slowdown():g} ({pace.VARIABLE}): every wall-clock bound "
+            "and timeout is stretched by it")
+
+
+#: Tier 1: in-process and deterministic (units, the Dask seams, the executor contract on
+#: the laptop executor, the engine with fake clocks).  Whole modules, or single tests.
+TIER_1 = {
+    "test_api", "test_batching", "test_bind_address", "test_config", "test_contract_local",
+    "test_dask_seams", "test_direct", "test_express", "test_futures", "test_house",
+    "test_initializer", "test_launcher_env", "test_loop_thread", "test_machinery", "test_roles",
+    "test_scale", "test_scale_scheduler", "test_schedfile", "test_security", "test_shipping",
+    "test_slurm_env", "test_cli", "test_crashes", "test_draining", "test_journal",
+    "test_ending",
+}
+#: Tier 3 (marked ``slow``): faults, signals, promptness, scale and benchmark smoke tests.
+TIER_3 = {
+    "test_benchmarks", "test_failures", "test_faults", "test_memory", "test_scale_limits",
+    "test_scale_real", "test_signals", "test_interleave",
+}
+#: Fixtures and markers that mean a real launch (so at least tier 2).
+LAUNCHING = {"launcher", "launches", "batch"}
+BACKENDS = {"slurm", "mpi", "multinode", "ssh_lab"}
+
+
+#: Tests of tier 3 modules that are tier 1 (a unit beside the launches).
+TIER_1_TESTS = {
+    "test_a_seed_draws_the_same_launch_every_time",
+    "test_the_short_form_meets_a_rank_that_starts_after_the_end",
+}
+
+
+def tier_of(item) -> int:
+    """The tier a collected test belongs to (see TIER_1, TIER_3); 2 by default."""
+    module = item.module.__name__.rpartition(".")[2]
+    if item.name.split("[")[0] in TIER_1_TESTS:
+        return 1
+    if item.get_closest_marker("slow") or module in TIER_3:
+        return 3
+    launching = LAUNCHING & set(getattr(item, "fixturenames", ())) or any(
+        item.get_closest_marker(name) for name in BACKENDS)
+    return 1 if module in TIER_1 and not launching else 2
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Give each test its tier's marker (``tier1``, ``tier2``, or ``slow``), and stretch
+    every test's timeout (its marker, else the ini's) by the slowdown factor."""
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        tier = tier_of(item)
+        item.add_marker({1: "tier1", 2: "tier2", 3: "slow"}[tier])
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker and marker.args else default
+        if seconds:
+            item.add_marker(pytest.mark.timeout(pace.scaled(seconds)), append=False)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pace import scaled
 from waiting import wait_until
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
     "Launch", "Lines", "LiveJob", "assert_no_leftovers", "child_pids", "closed_port",
     "contract_passed", "ending_launch", "ending_passed", "have_command", "have_mpi",
     "hpcfutures_run", "http_answers", "job_facts", "kill_marked", "listening",
-    "outsider_refused", "outsiders_refused", "processes_with_marker", "rank_pid",
+    "outsider_refused", "outsiders_refused", "own_lines", "processes_with_marker", "rank_pid",
     "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
 ]
 
@@ -88,6 +89,41 @@ def untagged(line: str) -> str:
     return re.sub(r"^\[rank \d+ \w+\] ", "", line)
 
 
+#: A log record of another library: hpcfutures' format (``[rank N role] LEVEL name:``,
+#: which it gives Dask's console handler too) or Dask's own (``- name - LEVEL -``).
+FOREIGN_RECORD = re.compile(
+    r"\] (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?!hpcfutures\b)[\w.]+: "
+    r"| - (?!hpcfutures\b)[\w.]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+#: What Python itself prints of tasks and objects a dying process leaves behind.
+TEARDOWN_REPORTS = ("Task exception was never retrieved", "Future exception was never retrieved",
+                    "Exception ignored in", "Task was destroyed but it is pending",
+                    "Exception in callback")
+#: Lines that continue a record: a traceback, its chained parts, its final line.
+CONTINUATION = re.compile(r"^(?:\s|Traceback |During handling |The above exception |$"
+                          r"|future: |handle: |source_traceback: |object repr: "
+                          r"|[\w.]+(?:Error|Exception|Exit|Interrupt)\b)")
+
+
+def own_lines(text: str) -> str:
+    """``text`` without what other libraries (Dask, tornado, asyncio) said in it.
+
+    Their log records go, with the lines that continue them (a traceback), and so
+    do Python's reports of tasks a process left behind as it was killed: a test
+    asserts what hpcfutures itself and the user's program said, not the silence of
+    libraries whose wording changes from release to release.
+    """
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        body = untagged(line)
+        if FOREIGN_RECORD.search(body) or body.startswith(TEARDOWN_REPORTS):
+            skipping = True
+        elif not (skipping and CONTINUATION.match(body)):
+            skipping = False
+            kept.append(line)
+    return "\n".join(kept)
+
+
 class Lines:
     """A child's output stream, read line by line on a thread, so a test can
     wait for a line with a deadline instead of blocking in ``readline``."""
@@ -114,7 +150,8 @@ class Lines:
 
     def wait_for(self, text: str, timeout: float, count: int = 1) -> str:
         """The ``count``-th line containing ``text``; fails if the output ends or
-        ``timeout`` passes before it."""
+        ``timeout`` (stretched by the run's slowdown factor) passes before it."""
+        timeout = scaled(timeout)
         with self._changed:
             self._changed.wait_for(
                 lambda: self._nth_with(text, count) is not None or self._ended, timeout)
@@ -218,6 +255,7 @@ def run_job(command, *, timeout: float = 90, env: dict | None = None,
     full_env = {**os.environ, **(env or {}), MARKER_VAR: marker,
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                              os.environ.get("PYTHONPATH")]))}
+    timeout = scaled(timeout)
     started = time.monotonic()
     process = subprocess.Popen([str(c) for c in command], env=full_env, cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -543,7 +581,9 @@ class Launch:
         return [pid for pid, _ in processes_with_marker(self.marker) if pid not in ranks]
 
     def finish(self, timeout: float) -> int:
-        """The launcher's exit status; fails if it is still running after ``timeout`` s."""
+        """The launcher's exit status; fails if it is still running after ``timeout`` s
+        (stretched by the run's slowdown factor)."""
+        timeout = scaled(timeout)
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -1,7 +1,7 @@
 """The benchmark harness runs and reports (benchmarks/run.py); speed itself is never asserted.
 
 The laptop default and ProcessPoolExecutor are launched on a reduced workload; so are the
-peers of issue 31 (Parsl, executorlib: the test extra installs them, and the Slurm one needs
+peers (Parsl, executorlib: the ``bench`` extra installs them, and the Slurm one needs
 the local Slurm), each alone.  The other peers (dask-jobqueue, dask-mpi) are not needed.
 """
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from contract import sleep_then, square
 from helpers import child_pids
+from pace import scaled
 from waiting import wait_until
 
 import hpcfutures
@@ -34,7 +35,7 @@ def test_shutdown_without_wait_returns_at_once_and_lets_work_finish():
     mapped = executor.map(sleep_then, [0.2] * 6, range(6))
     started = time.monotonic()
     executor.shutdown(wait=False)
-    assert time.monotonic() - started < 0.5, "shutdown(wait=False) waited"
+    assert time.monotonic() - started < scaled(0.5), "shutdown(wait=False) waited"
     with pytest.raises(RuntimeError, match="after shutdown"):
         executor.submit(square, 2)
     assert [f.result(timeout=30) for f in futures] == list(range(6))
@@ -150,7 +151,7 @@ def test_a_program_killed_with_sigkill_leaves_no_local_worker():
         started = time.monotonic()
         wait_until(lambda: not any(alive(pid) for pid in pids), 10,
                    "the local workers of a SIGKILLed program to exit")
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < scaled(5)
     finally:
         proc.kill()
         proc.wait()

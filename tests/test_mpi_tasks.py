@@ -18,6 +18,7 @@ import types
 import cloudpickle
 import pytest
 from helpers import JOBS, MPI_LOOPBACK, ROOT, have_mpi, require, run_job, slurm_is_up
+from pace import scaled
 
 import hpcfutures
 from hpcfutures import LauncherError, MPITask, mpi_task
@@ -176,7 +177,7 @@ def test_a_member_that_dies_ends_the_mpi_job_at_once():
     assert "CHECK told at once: ok" in job.stdout, job  # before: an error, its partner stuck
     assert job.returncode != 0 and "the call whose member died returned" not in job.stderr, job
     assert "died (or lost its connection) while it ran member rank 1 of 2" in job.stderr, job
-    assert "MPI_Abort" in job.stderr and job.seconds < 30, job
+    assert "MPI_Abort" in job.stderr and job.seconds < scaled(30), job
 
 
 @pytest.mark.mpi

@@ -32,6 +32,7 @@ from helpers import (
     run_job,
     slurm_is_up,
 )
+from pace import scaled
 
 from hpcfutures.launchers import SchedulerInfo
 
@@ -120,7 +121,7 @@ def test_cpus_per_task_gives_worker_threads(env):
 @pytest.mark.timeout(60)
 def test_too_few_tasks_fail_at_once_with_advice(env):
     job = srun(2, JOB, "sum", "10", env=env, timeout=45)
-    assert job.returncode != 0 and job.seconds < 20, job
+    assert job.returncode != 0 and job.seconds < scaled(20), job
     assert "NotEnoughRanksError" in job.stderr and "srun -n3" in job.stderr, job
 
 
@@ -131,7 +132,7 @@ def test_client_exception_makes_srun_fail_within_10_s(env):
         raised = time.monotonic()
         status = live.wait(timeout=30)
         assert status != 0, live
-        assert time.monotonic() - raised < 10, live
+        assert time.monotonic() - raised < scaled(10), live
         record_failure_time("client code raises: launcher returns", "srun",
                             time.monotonic() - raised)
         assert "the client fails on purpose" in live.text(), live
@@ -149,7 +150,7 @@ def test_scancel_mid_map_stops_every_rank_within_seconds(env):
         subprocess.run(["scancel", job_id[0]], check=True, timeout=30)
         status = live.wait(timeout=20)
         took = time.monotonic() - cancelled
-        assert status != 0 and took < 8, (took, live)
+        assert status != 0 and took < scaled(8), (took, live)
         record_failure_time("SIGTERM to the launch", "srun", took)
         assert "the client received SIGTERM" in live.text(), live
         assert "UNEXPECTED" not in live.text(), live
@@ -251,7 +252,7 @@ def test_job_array_late_elements_and_pending_ones(batch, tmp_path):
     (tmp_path / "go").touch()
     started = time.monotonic()
     late = batch.wait(f"{job}_3", timeout=30)
-    assert late["ExitCode"] == "0:0" and time.monotonic() - started < 15, batch.outputs()
+    assert late["ExitCode"] == "0:0" and time.monotonic() - started < scaled(15), batch.outputs()
     assert "already finished" in (tmp_path / "out_3").read_text(), batch.outputs()
     for element in (0, 2):
         assert batch.wait(f"{job}_{element}")["ExitCode"] == "0:0", batch.outputs()
@@ -274,7 +275,7 @@ def test_array_whose_scheduler_element_never_starts_ends_within_a_minute(batch, 
     took = time.monotonic() - released
     record_failure_time("array: scheduler element deleted while pending, others end",
                         "sbatch --array", took)
-    assert took < 60, f"{took:.0f} s\n{outputs(tmp_path)}"
+    assert took < scaled(60), f"{took:.0f} s\n{outputs(tmp_path)}"
     for element in (1, 2, 3):
         text = (tmp_path / f"out_{element}").read_text()
         # CANCELLED, or no record at all (Slurm keeps none for an element it never split

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from pace import scaled
+
 __all__ = ["wait_until"]
 
 T = TypeVar("T")
@@ -25,8 +27,10 @@ def wait_until(observe: Callable[[], T], timeout: float, what: str, *,
     back-off), and never past the deadline: the last call is made when
     ``timeout`` seconds have passed.  Then it raises an ``AssertionError``
     naming ``what`` was awaited, the last value observed and, if given,
-    ``details()`` (a job's output, say).
+    ``details()`` (a job's output, say).  ``timeout`` is stretched by the run's
+    slowdown factor (:mod:`pace`).
     """
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     delay = first
     while True:
