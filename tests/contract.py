@@ -388,6 +388,85 @@ def sys_exit_in_a_call_is_that_calls_exception(ex):
     assert time.monotonic() - started < scaled(20)
 
 
+class UsersBaseException(BaseException):
+    """A BaseException of the user's own (neither Exception nor one of Python's)."""
+
+
+def raise_base(kind):
+    raise {"KeyboardInterrupt": KeyboardInterrupt("raised by the call"),
+           "GeneratorExit": GeneratorExit("raised by the call"),
+           "users": UsersBaseException("raised by the call")}[kind]
+
+
+@check
+def every_base_exception_a_call_raises_is_that_calls_outcome(ex):
+    """As with ProcessPoolExecutor: a KeyboardInterrupt (or any BaseException) raised
+    by a call fails that call's future; no worker dies, the executor carries on."""
+    for kind, expected in (("KeyboardInterrupt", KeyboardInterrupt),
+                           ("GeneratorExit", GeneratorExit), ("users", UsersBaseException)):
+        error = ex.submit(raise_base, kind).exception(timeout=30)
+        assert type(error).__name__ == expected.__name__, repr(error)
+        assert str(error) == "raised by the call", repr(error)
+        assert ex.submit(square, 3).result(timeout=30) == 9
+    results = ex.map(raise_base, ["KeyboardInterrupt"])
+    try:
+        next(results)
+    except KeyboardInterrupt as err:
+        assert str(err) == "raised by the call"
+    else:
+        raise AssertionError("map yielded the result of a call that raised")
+
+
+def arguments(*args, **kwargs):
+    return args, kwargs
+
+
+@check
+def keyword_arguments_of_any_name_reach_the_function(ex):
+    """``self``, ``fn`` and the names Dask's own submit takes are the user's keywords."""
+    names = ["self", "fn", "key", "args", "kwargs", "func", "pure", "workers", "resources",
+             "retries", "priority", "allow_other_workers", "actor", "timeout", "chunksize"]
+    futures = {name: ex.submit(arguments, 1, **{name: 2}) for name in names}
+    for name, future in futures.items():
+        assert future.result(timeout=30) == ((1,), {name: 2}), name
+    assert ex.submit(arguments, 1, self=2, fn=3).result(timeout=30) == ((1,), {"self": 2,
+                                                                          "fn": 3})
+
+
+@check
+def a_callback_that_raises_is_logged_and_the_executor_carries_on(ex):
+    """A done-callback's exception, SystemExit included, goes no further than the log."""
+    import logging
+
+    class Seen(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    seen = Seen()
+    log = logging.getLogger("concurrent.futures")
+    log.addHandler(seen)
+    try:
+        called = threading.Event()
+
+        def leave(_):
+            called.set()
+            raise SystemExit(5)
+
+        future = ex.submit(sleep_then, 0.2, 1)
+        future.add_done_callback(leave)
+        assert future.result(timeout=30) == 1
+        assert called.wait(30)
+        assert ex.submit(square, 4).result(timeout=30) == 16
+        wait_until(lambda: seen.records, 10, "the callback's SystemExit logged")
+        assert seen.records[0].exc_info[0] is SystemExit
+    finally:
+        log.removeHandler(seen)
+
+
 @check
 def serialization_errors_are_type_and_pickling_errors(ex):
     lock = threading.Lock()

@@ -2,10 +2,12 @@
 
 Exceptions keep their own type and their remote traceback (tracebacks.py).
 
-``sys.exit()`` in a call (or while its result is pickled) is that call's
-exception, not the worker's end: the worker catches the ``SystemExit``, sends
-it back inside an ordinary exception (Dask lets a ``SystemExit`` out of a task
-end the worker's process) and the client raises ``SystemExit`` from the future.
+Whatever a call raises is that call's outcome, ``BaseException``s included:
+``sys.exit()`` in a call (or while its result is pickled), a ``KeyboardInterrupt``
+it raises itself, a ``GeneratorExit``.  The worker catches it, sends it back inside
+an ordinary exception (Dask lets anything else out of a task end the worker's
+process) and the client raises the original from the future.  (Ctrl-C reaches a
+worker's main thread, never the threads that run calls.)
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     running(fn)(0)
     try:
         value = unship(fn)(*args, **kwargs)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
         raise _annotate(exc) from None
     finally:
         finished()
@@ -88,7 +90,7 @@ def pickling_error(value: Any) -> BaseException | None:
     nothing, its buffers out of band: a large array is not copied to find out)."""
     try:
         cloudpickle.CloudPickler(_Discard(), protocol=5, buffer_callback=_forget).dump(value)
-    except (Exception, SystemExit) as err:
+    except BaseException as err:
         return err
     return None
 
@@ -106,7 +108,7 @@ def _express_or_checked(value: Any, what: str) -> Any:
     try:
         if express(value):
             return value
-    except (Exception, SystemExit):
+    except BaseException:
         pass  # cannot be pickled: _checked says why
     return _checked(value, what)
 
@@ -124,7 +126,7 @@ def _sent_ahead(outcome: Any) -> Any:
 def _dumps_or_none(value: Any) -> bytes | None:
     try:
         return cloudpickle.dumps(value)
-    except (Exception, SystemExit):
+    except BaseException:
         return None
 
 
@@ -163,7 +165,7 @@ class ChunkOutcome:
         for index, value in enumerate(self.values):
             try:
                 cloudpickle.dumps(value)
-            except (Exception, SystemExit) as err:
+            except BaseException as err:
                 return self.values[:index], _unpicklable("a map result", err)
         error = self.error
         if error is not None and _dumps_or_none(error) is None:
@@ -187,13 +189,13 @@ def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True) -> C
     try:
         try:
             fn = unship(fn)
-        except (Exception, SystemExit) as exc:  # the first call's error: it could not run
+        except BaseException as exc:  # the first call's error: it could not run
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
         for index, args in enumerate(chunk):
             mark(index)
             try:
                 append(fn(*args) if spread else fn(args))
-            except (Exception, SystemExit) as exc:
+            except BaseException as exc:
                 return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
     finally:
         finished()
@@ -294,7 +296,7 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
     ok, value = result
     try:
         cloudpickle.dumps(value)
-    except (Exception, SystemExit) as err:
+    except BaseException as err:
         what = "the task's result" if ok else f"the task's exception {type(value).__name__}"
         return False, _unpicklable(what, err)
     return result
@@ -317,7 +319,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
                 continue
             try:
                 results.append((True, fn(*args, **kwargs)))
-            except (Exception, SystemExit) as exc:
+            except BaseException as exc:
                 results.append((False, _annotate(exc)))
             seconds.append(time.perf_counter() - started)
     finally:

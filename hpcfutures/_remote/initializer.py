@@ -53,7 +53,7 @@ def run_initializer(payload: bytes) -> bytes | None:
     try:
         initializer, initargs = cloudpickle.loads(payload)
         initializer(*initargs)
-    except (Exception, SystemExit) as err:
+    except BaseException as err:
         _failure = _annotate(err)
         return failure_report()
     return None

@@ -45,7 +45,7 @@ class _WithCommunicator:
         self.__qualname__ = getattr(fn, "__qualname__", type(fn).__qualname__)
         self.__module__ = getattr(fn, "__module__", None) or __name__
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(self.comm, *args, **kwargs)
         return value if self.keep else None
 

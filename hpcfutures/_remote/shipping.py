@@ -97,7 +97,7 @@ class ShippedFunction:
                 _loaded_bytes -= dropped
         return fn
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.load()(*args, **kwargs)
 
     def __repr__(self) -> str:

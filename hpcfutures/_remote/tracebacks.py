@@ -43,17 +43,19 @@ def location() -> str:
     return _location
 
 
-class _ExitInTask(Exception):
-    """Carries a call's ``SystemExit`` back to the client (its ``code``)."""
+class _RaisedInTask(Exception):
+    """Carries what a call raised that is not an ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``, a ``BaseException`` of the user's) back to
+    the client: let out of a task, Dask would end the worker's process with it."""
 
-    def __init__(self, code: Any = None) -> None:
-        super().__init__(code)
-        self.code = code
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(original)  # args: what a pickle rebuilds it from
+        self.original = original
 
 
 def _annotate(exc: BaseException) -> BaseException:
     text = _format_remote(exc)
-    exc = _rebuildable(_ExitInTask(exc.code) if isinstance(exc, SystemExit) else explain(exc))
+    exc = _rebuildable(explain(exc) if isinstance(exc, Exception) else _RaisedInTask(exc))
     header = f'\n"""\nTraceback from {_location}:\n'
     try:
         setattr(exc, _TRACEBACK_ATTR, f"{header}{text}\"\"\"")
@@ -198,8 +200,12 @@ def restore_traceback(exc: BaseException) -> BaseException:
     below the client's own frames, so they are dropped.
     """
     text = getattr(exc, _TRACEBACK_ATTR, None)
-    if isinstance(exc, _ExitInTask):
-        exc = SystemExit(exc.code)
+    if isinstance(exc, _RaisedInTask):
+        exc = exc.original
+        if isinstance(exc, SystemExit) and exc.code is None and exc.args:
+            # Rebuilt without its __init__ (tblib's pickling, which Dask installs),
+            # a SystemExit has lost the code its __init__ derives from its args.
+            exc.code = exc.args[0] if len(exc.args) == 1 else str(exc.args)
     if text is not None:
         exc.__traceback__ = None
         exc.__cause__ = RemoteTraceback(text)

@@ -71,7 +71,7 @@ class Task:
     def __setstate__(self, state: tuple[Callable[..., Any], Needs]) -> None:
         self.fn, self.needs = state
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         from ..._remote.gpus import holding
 
         with holding(self.needs.gpus or 0):

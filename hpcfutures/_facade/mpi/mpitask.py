@@ -66,7 +66,7 @@ class MPITask:
     def __setstate__(self, state: tuple) -> None:
         self.fn, self.ranks, self.needs = (*state, Needs())[:3]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"{self!r} runs only when submitted to an hpcfutures executor "
                         "(ex.submit(task, ...) or ex.map(task, ...)), which gives it its "
                         "communicator")
