@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from contract import sleep_then, square
-from helpers import child_pids
+from helpers import ROOT, child_pids
 from pace import scaled
 from waiting import wait_until
 
@@ -155,3 +155,23 @@ def test_a_program_killed_with_sigkill_leaves_no_local_worker():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.timeout(90)
+def test_a_process_pool_forked_inside_the_block_ends_at_once():
+    """A ProcessPoolExecutor's workers are forked from the client: at their exit they
+    must not try to close the client's executors (their copies have no loop thread, and
+    waited out a 30 s timeout each)."""
+    code = ("import concurrent.futures as cf, time, hpcfutures\n"
+            "with hpcfutures.LocalExecutor(1) as ex:\n"
+            "    with cf.ProcessPoolExecutor(2, mp_context=__import__('multiprocessing')"
+            ".get_context('fork')) as pool:\n"
+            "        assert pool.submit(abs, -1).result() == 1\n"
+            "        started = time.monotonic()\n"
+            "    print(f'POOL ENDED {time.monotonic() - started:.2f}')\n"
+            "    assert ex.submit(abs, -2).result() == 2\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=80, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    ended = float(done.stdout.split("POOL ENDED ")[1])
+    assert ended < scaled(5), done.stdout

@@ -58,6 +58,19 @@ def test_the_wrapper_carries_needs_calls_through_and_pickles():
     assert needs_of(decorated) == Needs(cores=2)
 
 
+def test_needs_survive_functools_partial():
+    """``partial(task(f, gpus=1), x)`` keeps the call's needs (the scheduler places it
+    by them, the worker holds them): it was a plain call before, on any worker."""
+    import functools
+
+    from hpcfutures._facade.core.tasks import needs_of
+
+    wrapped = task(double, gpus=1)
+    assert needs_of(functools.partial(wrapped, 2)) == Needs(gpus=1)
+    assert needs_of(functools.partial(functools.partial(wrapped), 2)) == Needs(gpus=1)
+    assert needs_of(functools.partial(double, 2)) is None
+
+
 @pytest.mark.parametrize("needs, error, message", [
     ({"gpus": -1}, ValueError, "gpus must be 0 or more, got -1"),
     ({"cores": 1.5}, TypeError, "cores must be an int"),

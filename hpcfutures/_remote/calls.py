@@ -22,6 +22,7 @@ from typing import Any
 import cloudpickle
 
 from .._errors import SerializationError
+from .carried import uncarried
 from .deathwatch import finished, running
 from .express import express, held_back
 from .initializer import refuse_if_failed
@@ -54,6 +55,7 @@ def run_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     exception, not the failure of a worker's connection (or its end).
     """
     refuse_if_failed()
+    args, kwargs = uncarried(args, kwargs)
     running(fn)(0)
     try:
         value = unship(fn)(*args, **kwargs)
@@ -246,6 +248,7 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
     chunk cut short because that item killed its worker runs again without
     it, and ends with its error).
     """
+    args, kwargs = uncarried(args, kwargs)
     chunk = args[0]
     idle = _idle_before()
     try:
@@ -318,6 +321,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
                 seconds.append(0.0)
                 continue
             try:
+                args, kwargs = uncarried(args, kwargs)
                 results.append((True, fn(*args, **kwargs)))
             except BaseException as exc:
                 results.append((False, _annotate(exc)))

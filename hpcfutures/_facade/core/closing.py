@@ -20,6 +20,7 @@ reference to an executor can trigger its end.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import sys
 import threading
 import weakref
@@ -69,6 +70,18 @@ def _at_interpreter_exit() -> None:
     status = exit_status_for(getattr(sys, "last_value", None))
     for closer in closers:
         closer.close(status, wait=True, cancel_futures=False)
+
+
+def _forget_inherited() -> None:
+    """In a process forked from this one (a ``ProcessPoolExecutor``'s worker, say), the
+    open executors are copies: their loop thread did not come along, and the launch is
+    not the child's to end.  Left in the list, the child's exit would wait for them."""
+    global _lock
+    _lock = threading.Lock()  # the parent may have held it as it forked
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def _install_hook() -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..._errors import WorkerCrashError
 from ..._remote.calls import fail_with, restore_traceback, run_bundle, run_chunk_task
+from ..._remote.carried import uncarried
 from ..._remote.deathwatch import function_name
 from ..._support.patience import Patience
 from .arguments import futures_in
@@ -271,6 +272,7 @@ def call_label(recipe: tuple, index: int | None, places: Sequence[int] | None) -
         if index is None or not 0 <= index < len(calls):
             return None
         fn, args, kwargs = calls[index]
+        args, kwargs = uncarried(args, kwargs)  # a bundle's calls travel boxed
     return f"call {_call_text(fn, args, kwargs)}"
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._remote.calls import Rows, pick, run_bundle, run_chunk_task, run_task
+from ..._remote.carried import Slot, carried, uncarried
 from ..._remote.modules import to_ship
 from ..._remote.shipping import ShippedFunction
 from ..._reports.summary import CALLS_ANNOTATION
@@ -123,11 +124,16 @@ class Sender:
                     continue
                 if resolved is None:
                     continue
+                # One graph per runner and needs; per call count too when counted.
+                calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls \
+                    else 1
                 args, kwargs = resolved
-            elif runner is run_chunk_task and not isinstance(args[0], Rows):
-                args = (Rows(args[0]),)  # no future inside: Dask need not look
-            # One graph per runner and needs; per call count too when counts are annotated.
-            calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
+            else:
+                if runner is run_chunk_task and not isinstance(args[0], Rows):
+                    args = (Rows(args[0]),)  # no future inside: a box of its own
+                calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls \
+                    else 1
+                args, kwargs = carried(args, kwargs)  # Dask never reads the arguments
             name = getattr(fn, "__name__", "task")
             groups.setdefault((runner, calls, needs_of(fn)), []).append(
                 (future, fn, args, kwargs, self._key(name)))
@@ -177,7 +183,7 @@ class Sender:
                                            pure=False)
         except Exception as err:
             settle(future, exception=submission_error(
-                fn, err, unpicklable_part(runner, fn, args, kwargs)))
+                fn, err, unpicklable_part(runner, fn, *uncarried(args, kwargs))))
             return None
 
     # ------------------------------------------------------ single tasks
@@ -187,8 +193,7 @@ class Sender:
         key = self._key(name)
         resources = _bundle_resources(args)  # read before the functions are shipped
         if runner is run_bundle:  # its calls' functions travel as a batch's do
-            shipped = _shipped_functions((fn for fn, *_ in args[0]), to_ship(self._client))
-            args = ([(shipped.get(id(fn), fn), *rest) for fn, *rest in args[0]], *args[1:])
+            args = (self._boxed_calls(args[0]), *args[1:])
         try:
             with self._counted(calls):
                 dask_future = self._client.submit(runner, *args, key=key, pure=False,
@@ -210,8 +215,13 @@ class Sender:
         fn = calls[0][0]
         if _resources_of(fn) is not None or not lane.takes(fn):
             return None
+        return lane.launch(self._boxed_calls(calls))
+
+    def _boxed_calls(self, calls: list) -> list:
+        """A bundle's ``(fn, args, kwargs)`` calls as they travel: each function shipped
+        once, each call's arguments in a box Dask never opens (:func:`carried`)."""
         shipped = _shipped_functions((fn for fn, *_ in calls), to_ship(self._client))
-        return lane.launch([(shipped.get(id(fn), fn), *rest) for fn, *rest in calls])
+        return [(shipped.get(id(fn), fn), *carried(args, kwargs)) for fn, args, kwargs in calls]
 
     def resend(self, future: TaskFuture, recipe: tuple) -> None:
         """Send ``future``'s group again, as ``recipe`` says (its worker died under it)."""
@@ -238,7 +248,7 @@ class Sender:
         """Send one user call as its own Dask task (its failure stays its own)."""
         key = self._key(getattr(fn, "__name__", "task"))
         future._recipe = (run_task, fn, args, kwargs, False)
-        dask_future = self._send_one(run_task, (future, fn, args, kwargs, key))
+        dask_future = self._send_one(run_task, (future, fn, *carried(args, kwargs), key))
         if dask_future is not None:
             future._dask = dask_future
             self._follow(dask_future, future)
@@ -247,12 +257,19 @@ class Sender:
     def _resolve_or_settle(self, future: TaskFuture, runner: Callable[..., Any],
                            fn: Callable[..., Any], args: tuple, kwargs: dict,
                            last_try: bool = False) -> Any:
-        """(args, kwargs) with Dask futures in; ``_NotSentYet``; or None once
-        ``future`` failed because a dependency cannot be had."""
+        """(args, kwargs) as Dask is given them (:func:`carried`: a box with a slot for
+        each dependency, the dependencies' Dask futures beside it); ``_NotSentYet``; or
+        None once ``future`` failed because a dependency cannot be had."""
+        dependencies: list = []
+
+        def slot(future: cf.Future) -> Slot:
+            dependencies.append(self._dask_handle(future))
+            return Slot(len(dependencies) - 1)
+
         try:
-            if runner is run_chunk_task:  # args == (chunk,): a list of argument tuples
-                return ([swap_futures(item, self._dask_handle) for item in args[0]],), kwargs
-            return swap_futures(args, self._dask_handle), swap_futures(kwargs, self._dask_handle)
+            # For a chunk, args == (chunk,): a list of argument tuples.
+            boxed = swap_futures(args, slot), swap_futures(kwargs, slot)
+            return carried(*boxed, dependencies)
         except _AfterDirect as waiting:
             return waiting
         except _ArgumentFailed as failed:

@@ -102,7 +102,10 @@ def task(fn: Callable[..., Any] | None = None, *, cores: int | None = None,
 
 
 def needs_of(fn: Any) -> Needs | None:
-    """The needs of a :class:`Task` that states any; None for anything else."""
+    """The needs of a :class:`Task` that states any, also inside ``functools.partial``
+    (as many layers as there are); None for anything else."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     if isinstance(fn, Task) and fn.needs:
         return fn.needs
     return None

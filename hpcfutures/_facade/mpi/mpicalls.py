@@ -42,6 +42,7 @@ import cloudpickle
 
 from ..._errors import RemoteTraceback
 from ..._remote.calls import restore_traceback
+from ..._remote.carried import carried
 from ..._remote.mpitask import run_members
 from ..._remote.shipping import ship
 from ..._reports.summary import CALLS_ANNOTATION
@@ -250,11 +251,12 @@ class MPICalls:
         # A rank that needs GPUs takes them on its worker as a task's call would; the
         # user's modules the workers lack travel by value.
         fn = ship(Task(task.fn, task.needs) if task.needs.gpus else task.fn, self._client)
+        boxed = [carried(args, kwargs) for args, kwargs in calls]  # Dask never reads them
         for index, address in enumerate(grant["workers"]):
             # The end-of-run summary counts the calls on member 0's task (see sending.py).
             with _counted_as(len(calls) if index == 0 else 0):
                 members.append(self._client.submit(
-                    run_members, fn, calls, world_ranks, grant["tag"], index, group,
+                    run_members, fn, boxed, world_ranks, grant["tag"], index, group,
                     key=keys[index], workers=[address], allow_other_workers=False,
                     resources=task.needs.resources(), pure=False))
         errors = await self._first_failure(group, members)
