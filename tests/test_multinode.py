@@ -354,7 +354,7 @@ def no_default_route():
 def without_node_names(tmp_path) -> list[str]:
     """A command prefix: run in a mount namespace whose /etc/hosts lacks mn1..mn3."""
     hosts = tmp_path / "hosts"
-    hosts.write_text("".join(line for line in open("/etc/hosts").readlines()
+    hosts.write_text("".join(line for line in Path("/etc/hosts").read_text().splitlines(True)
                              if "hpcfutures-slurm-mn" not in line))
     return ["unshare", "--mount", "sh", "-c",
             f'mount --bind {hosts} /etc/hosts && exec "$0" "$@"']
@@ -395,7 +395,7 @@ def wait_for_ranks(marker: str, done, timeout: float) -> dict[int, str]:
         for pid, _ in processes_with_marker(marker):
             try:
                 variables = dict(v.split(b"=", 1) for v in
-                                 open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if v)
+                                 Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if v)
                 ranks[int(variables[b"SLURM_PROCID"])] = variables[b"SLURMD_NODENAME"].decode()
             except (OSError, KeyError, ValueError):
                 continue  # gone meanwhile, or srun itself

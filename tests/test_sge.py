@@ -76,7 +76,7 @@ def cluster():
     shutil.copytree(ROOT / "hpcfutures", tree / "hpcfutures",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (tree / "tests").mkdir()
-    for module in ("contract.py", "waiting.py"):  # what the job scripts import
+    for module in ("contract.py", "pace.py", "waiting.py"):  # what the job scripts import
         shutil.copy(TESTS / module, tree / "tests" / module)
     shutil.copytree(JOBS, tree / "tests" / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
     _chown_tree(tree)

@@ -281,7 +281,7 @@ def test_end_marker_older_than_the_array_is_from_a_reused_job_id(tmp_path, monke
                         created=time.time() - 3600)
     (tmp_path / "s.json").write_text(old.to_json())
     (tmp_path / "s.json").chmod(0o600)
-    with pytest.raises(TimeoutError, match="end marker of an earlier job 70"):
+    with pytest.raises(TimeoutError, match="earlier array with the same job id 70"):
         exchange.lookup(timeout=0.3)
 
 

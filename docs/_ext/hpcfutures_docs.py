@@ -26,6 +26,13 @@ logger = logging.getLogger(__name__)
 
 #: HPCFUTURES_* variables that are not options: name -> (default, meaning).
 OTHER_VARIABLES = {
+    "HPCFUTURES_INTERLEAVE": (
+        "unset",
+        "For testing only: ``SEED:MAX`` pauses each rank at each step of finding the "
+        "scheduler (before it reads the scheduler file, before it connects, while the "
+        "scheduler closes) for up to ``MAX`` seconds, drawn from ``SEED``, so that "
+        "``benchmarks/interleave.py`` can replay an order of events.",
+    ),
     "HPCFUTURES_DASK_LOG_LEVEL": (
         "``WARNING``",
         "Level of Dask's own loggers (``distributed``, ``tornado``). At ``WARNING`` "

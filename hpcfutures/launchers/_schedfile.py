@@ -202,6 +202,9 @@ class JobFileExchange(SchedulerFileExchange):
     found, once per marker.
     """
 
+    #: What the launch is called in messages: a Slurm step's "job", an "array".
+    kind = "job"
+
     def __init__(self, path: Path, launch_id: str, rank: int, *, job_id: str,
                  submitted: Callable[[str], float | None]) -> None:
         super().__init__(path, launch_id, rank, tombstone=True)
@@ -211,8 +214,8 @@ class JobFileExchange(SchedulerFileExchange):
 
     def _judge(self, info: SchedulerInfo, stale: SchedulerInfo | None) -> str | None:
         if info.finished and info.launch_id == self.launch_id and self._older_than_job(info):
-            return (f"it is the end marker of an earlier job {self.job_id} (written before "
-                    "this one was submitted)")
+            return (f"it is the end marker of an earlier {self.kind} with the same job id "
+                    f"{self.job_id} (written before this {self.kind} was submitted)")
         return super()._judge(info, stale)
 
     def _older_than_job(self, info: SchedulerInfo) -> bool:

@@ -97,6 +97,7 @@ class ArrayFileExchange(JobFileExchange):
 
     #: How the batch system is named in messages.
     system = "Slurm"
+    kind = "array"
 
     def __init__(self, path: Path, launch_id: str, rank: int, *, array_job_id: str,
                  scheduler_index: int | None = None,
