@@ -6,11 +6,12 @@ and ``jobs/ending_job.py initfail`` one that fails in a worker joining later.
 
 import concurrent.futures as cf
 import os
+import sys
 import threading
 import time
 
 import pytest
-from helpers import JOBS, child_pids
+from helpers import JOBS, child_pids, hpcfutures_run, run_job
 from pace import scaled
 from waiting import wait_until
 
@@ -128,3 +129,16 @@ def test_a_callable_cannot_come_from_text(name):
     settings = resolve_settings({"initializer": print, "initargs": [1]}, environ={},
                                 dask_config={})
     assert settings.initializer is print and settings.initargs == (1,)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["laptop", "run"])
+def test_a_global_the_initializer_sets_is_the_one_the_calls_read(how):
+    """The functions of the user's script travel by value; on a worker they share one
+    namespace, so what ``init`` sets is what ``predict`` (through a helper) reads."""
+    script = JOBS / "init_global_job.py"
+    job = (run_job([sys.executable, script, "2"], timeout=90) if how == "laptop"
+           else hpcfutures_run(4, script, timeout=90))
+    assert job.returncode == 0, job
+    assert "POOL [42, 42, 42, 42]" in job.stdout, job
+    assert "OURS [42, 42, 42, 42] [42, 42, 42, 42]" in job.stdout, job

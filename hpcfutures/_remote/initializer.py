@@ -21,6 +21,7 @@ from typing import Any
 import cloudpickle
 
 from .._errors import BrokenHPCExecutor, SerializationError
+from .namespaces import shared
 from .tracebacks import _annotate, restore_traceback
 
 __all__ = [
@@ -52,7 +53,7 @@ def run_initializer(payload: bytes) -> bytes | None:
     global _failure
     try:
         initializer, initargs = cloudpickle.loads(payload)
-        initializer(*initargs)
+        shared(initializer)(*initargs)  # its globals are the calls' (namespaces.py)
     except BaseException as err:
         _failure = _annotate(err)
         return failure_report()

@@ -29,6 +29,7 @@ from typing import Any
 import cloudpickle
 
 from .modules import pickled_by_value, to_ship
+from .namespaces import shared
 
 __all__ = ["ShippedFunction", "ship", "unship"]
 
@@ -84,7 +85,8 @@ class ShippedFunction:
             if kept is not None:
                 _loaded.move_to_end(self.digest)
                 return kept[0]
-        fn: Callable[..., Any] = cloudpickle.loads(self.payload)
+        # Rebuilt around its module's namespace on this worker (namespaces.py).
+        fn: Callable[..., Any] = shared(cloudpickle.loads(self.payload))
         size = len(self.payload)
         if size > LARGEST_KEPT:
             return fn
