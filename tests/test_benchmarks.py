@@ -165,3 +165,13 @@ def test_the_memory_script_measures_both_sides(tmp_path):
     assert results["journal-rerun"]["first_s"] <= results["journal-rerun"]["seconds"], results
     for row in ("submits held", "endless map", "journal of 20,000 results", "rerun"):
         assert row in job.stdout, job.stdout
+
+
+@pytest.mark.timeout(120)
+def test_dask_collections_compute_on_each_scheduler_with_right_results():
+    """benchmarks/dask_collections.py --quick: every row computed, every result checked
+    against Dask's sync scheduler (the script fails on a wrong one)."""
+    job = run_job([sys.executable, ROOT / "benchmarks" / "dask_collections.py", "--quick"],
+                  timeout=100)
+    assert job.returncode == 0, job
+    assert "| array |" in job.stdout and "| dataframe |" in job.stdout, job
