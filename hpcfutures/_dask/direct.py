@@ -89,7 +89,7 @@ def serve_direct_calls(worker: Worker, joined: Callable[[], bool]) -> None:
     worker.handlers[DIRECT_OP] = run
 
 
-def pack_calls(calls: list[Any]) -> Serialized:
+def pack_calls(calls: Any) -> Serialized:
     """The calls pickled now, on the client: one that cannot be raises here, so
     that it goes the usual way (and fails there with the usual error)."""
     return Serialized(*serialize(calls, on_error="raise"))

@@ -22,7 +22,7 @@ from typing import Any
 import cloudpickle
 
 from .._errors import SerializationError
-from .carried import uncarried
+from .carried import Carried, uncarried
 from .deathwatch import finished, running
 from .express import express, held_back
 from .initializer import refuse_if_failed
@@ -305,15 +305,20 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
     return result
 
 
-def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:
-    """Run ``submit`` calls one after another; each succeeds or fails on its own."""
+def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) -> BundleOutcome:
+    """Run ``submit`` calls one after another; each succeeds or fails on its own.
+
+    ``calls`` comes in one :class:`~.carried.Carried` box (see sending.py), or bare.
+    """
+    listed: list[tuple[Callable[..., Any], tuple, dict]] = (
+        calls.args if isinstance(calls, Carried) else calls)
     refuse_if_failed()
     results: list = []
     seconds: list = []
     idle = _idle_before()
-    mark = running(next((fn for fn, *_ in calls if fn is not fail_with), None))
+    mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
     try:
-        for index, (fn, args, kwargs) in enumerate(calls):
+        for index, (fn, args, kwargs) in enumerate(listed):
             mark(index)
             started = time.perf_counter()
             if fn is fail_with:  # its error already says where and why
@@ -321,7 +326,6 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
                 seconds.append(0.0)
                 continue
             try:
-                args, kwargs = uncarried(args, kwargs)
                 results.append((True, fn(*args, **kwargs)))
             except BaseException as exc:
                 results.append((False, _annotate(exc)))
@@ -332,7 +336,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOut
     return _sent_ahead(BundleOutcome(results, seconds, idle))
 
 
-def run_direct(calls: list[tuple[Callable[..., Any], tuple, dict]]) -> BundleOutcome:
+def run_direct(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) -> BundleOutcome:
     """A bundle sent straight to this worker (``_dask/direct.py``): its outcome goes
     back in the answer, so nothing is sent ahead through the scheduler."""
     with held_back():

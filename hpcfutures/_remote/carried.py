@@ -27,15 +27,16 @@ __all__ = ["Carried", "Slot", "carried", "uncarried"]
 
 
 class Carried:
-    """A call's ``args`` and ``kwargs``, opaque to Dask."""
+    """A call's ``args`` and ``kwargs``, opaque to Dask (or, in ``args``, a bundle's whole
+    list of ``(fn, args, kwargs)`` calls: one box for all of them)."""
 
     __slots__ = ("args", "kwargs")
 
-    def __init__(self, args: tuple, kwargs: dict) -> None:
+    def __init__(self, args: Any, kwargs: dict) -> None:
         self.args = args
         self.kwargs = kwargs
 
-    def __reduce__(self) -> tuple[type[Carried], tuple[tuple, dict]]:
+    def __reduce__(self) -> tuple[type[Carried], tuple[Any, dict]]:
         return Carried, (self.args, self.kwargs)
 
     def __repr__(self) -> str:

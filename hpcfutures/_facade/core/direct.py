@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._remote.calls import restore_traceback, run_bundle
+from ..._remote.carried import Carried
 from .completions import as_serialization_error
 from .futures import TaskFuture, settle
 
@@ -115,7 +116,7 @@ class DirectLane:
         if worker is None:
             return None
         try:
-            packed = self._dask.pack_calls(calls)
+            packed = self._dask.pack_calls(Carried(calls, {}))  # Dask never reads them
         except Exception:  # the usual way says which part cannot be pickled
             return None
         key = f"{self._prefix}{next(self._counter)}"
