@@ -34,7 +34,6 @@ import dataclasses
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,12 +41,17 @@ import time
 import uuid
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.launch import MARKER_VAR, sweep
+from benchmarks.launch import launch as run_launcher
+
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "benchmarks" / "jobs" / "interleave_job.py"
 LAUNCHERS = ("run", "srun", "mpiexec", "array")
 ENDINGS = ("at-once", "call", "map", "raise-caught", "raise-uncaught")
 RANKS = 4
-MARKER_VAR = "HPCFUTURES_TEST_MARKER"
 #: Keep MPI (UCX) and Hydra on loopback.
 MPI_LOOPBACK = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}
 #: What a rank prints when it fails to start or loses its launch.
@@ -107,27 +111,21 @@ def launch(launcher: str, seed: int, *, most: float = 5.0, step_most: float = 0.
            grace: float = 5.0, timeout: float = 120.0) -> Outcome:
     """One launch under ``launcher`` as ``seed`` draws it; see the module's docstring."""
     draw = Draw.of(seed, most)
-    marker = uuid.uuid4().hex
-    env = {**os.environ, MARKER_VAR: marker,
+    env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "INTERLEAVE_DELAYS": ",".join(map(str, draw.delays)),
            "HPCFUTURES_INTERLEAVE": f"{draw.step_seed}:{step_most}" if step_most else ""}
     outcome = Outcome(launcher, draw, bound=grace + max(draw.delays) + 3 * step_most)
-    if launcher == "array":
-        _array(outcome, env, timeout)
-    else:
-        _step(outcome, env, timeout)
+    left = _array(outcome, env, timeout) if launcher == "array" else _step(outcome, env, timeout)
     _check_output(outcome)
-    left = _processes_with(marker)
     if left:
-        outcome.problems.append(f"processes left: {left}")
-        for pid in left:
-            _kill(pid)
+        outcome.problems.append(f"processes left (killed): {left}")
     return outcome
 
 
-def _step(outcome: Outcome, env: dict[str, str], timeout: float) -> None:
-    """A launch that one command starts and waits for (run, srun, mpiexec)."""
+def _step(outcome: Outcome, env: dict[str, str], timeout: float) -> list[str]:
+    """A launch that one command starts and waits for (run, srun, mpiexec), by
+    ``benchmarks/launch.py``; the processes it left behind (killed)."""
     script = [sys.executable, str(JOB), outcome.draw.ending]
     name = f"hpcf-interleave-{uuid.uuid4().hex[:8]}"
     if outcome.launcher == "run":
@@ -139,30 +137,24 @@ def _step(outcome: Outcome, env: dict[str, str], timeout: float) -> None:
         env.update(MPI_LOOPBACK)
     else:
         raise ValueError(f"unknown launcher {outcome.launcher!r}; known: {', '.join(LAUNCHERS)}")
-    process = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            output, _ = process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
+    # linger=0: a process still there when the launcher returned is one left behind.
+    ran = run_launcher(command, env=env, timeout=timeout, cwd=ROOT,
+                       slurm_job_name=name if outcome.launcher == "srun" else None, linger=0)
+    if ran.timed_out:
         outcome.problems.append(f"the launch had not ended {timeout:g} s after its start")
-    ended = time.time()
-    if outcome.launcher == "srun":
-        subprocess.run(["scancel", "--name", name], capture_output=True, timeout=30)
-    outcome.output, outcome.status = output, process.returncode
+    outcome.output, outcome.status = ran.stdout + ran.stderr, ran.returncode
     if outcome.status != outcome.draw.status:
         outcome.problems.append(f"the launch ended {outcome.status}, its client "
                                 f"{outcome.draw.status}")
-    _check_lag(outcome, output, ended)
+    _check_lag(outcome, outcome.output, ran.t_return)
+    return ran.leftovers
 
 
-def _array(outcome: Outcome, env: dict[str, str], timeout: float) -> None:
-    """A Slurm job array of ``RANKS`` elements, one rank each."""
+def _array(outcome: Outcome, env: dict[str, str], timeout: float) -> list[str]:
+    """A Slurm job array of ``RANKS`` elements, one rank each; the processes it left
+    behind (killed)."""
+    marker = uuid.uuid4().hex
+    env = {**env, MARKER_VAR: marker}  # sbatch passes the environment to every element
     with tempfile.TemporaryDirectory(prefix="hpcf-interleave-") as folder:
         submitted = subprocess.run(
             ["sbatch", "--parsable", f"--array=0-{RANKS - 1}", "-t", "5",
@@ -171,7 +163,7 @@ def _array(outcome: Outcome, env: dict[str, str], timeout: float) -> None:
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
         if submitted.returncode != 0:
             outcome.problems.append(f"sbatch failed: {submitted.stderr.strip()}")
-            return
+            return []
         job = submitted.stdout.strip().split(";")[0]
         deadline = time.monotonic() + timeout
         facts: dict[int, dict[str, str]] = {}
@@ -194,6 +186,7 @@ def _array(outcome: Outcome, env: dict[str, str], timeout: float) -> None:
     ends = [float(f["EndTime"]) for f in facts.values() if f.get("EndTime", "").isdigit()]
     # EndTime counts whole seconds: the lag is known to within one.
     _check_lag(outcome, outputs[1], max(ends) + 1 if len(ends) == RANKS else None)
+    return sweep(marker, linger=0)  # every element has ended
 
 
 def _check_lag(outcome: Outcome, client_output: str, ended: float | None) -> None:
@@ -240,29 +233,6 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
-
-
-def _processes_with(marker: str) -> list[int]:
-    """Pids of processes whose environment carries ``marker`` (srun's ranks are not our
-    children, but inherit the environment)."""
-    needle = f"{MARKER_VAR}={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run(launchers: list[str], launches: int, first_seed: int = 0,

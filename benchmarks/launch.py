@@ -31,7 +31,8 @@ from pathlib import Path
 
 from .workload import BENCH_PREFIX, T0_VAR
 
-__all__ = ["Outcome", "cpu_busy", "launch", "wait_until_idle"]
+__all__ = ["MARKER_VAR", "Outcome", "cpu_busy", "launch", "processes_with_marker", "sweep",
+           "wait_until_idle"]
 
 MARKER_VAR = "HPCFUTURES_BENCH_MARKER"
 #: Seconds between SIGTERM and SIGKILL when a run is ended.
@@ -75,8 +76,9 @@ def last_line(text: str, limit: int = 200) -> str:
 
 
 def launch(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: str | Path,
-           slurm_job_name: str | None = None) -> Outcome:
-    """Run ``argv`` to completion or its deadline; return its timings and output."""
+           slurm_job_name: str | None = None, linger: float = LINGER) -> Outcome:
+    """Run ``argv`` to completion or its deadline; return its timings and output.
+    ``linger``: seconds its processes may take to go once the launcher returned."""
     marker = uuid.uuid4().hex
     workdir = Path(tempfile.mkdtemp(prefix="hpcfutures-bench-"))
     env = {**env, MARKER_VAR: marker, "BENCH_TMPDIR": str(workdir)}
@@ -104,7 +106,7 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: 
                 raise
             finally:
                 timer.cancel()
-            leftovers = _sweep(marker, cancel)
+            leftovers = sweep(marker, cancel, linger)
             out.seek(0)
             err.seek(0)
             stdout = out.read().decode(errors="replace")
@@ -162,9 +164,10 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _sweep(marker: str, cancel: Callable[[], None] | None) -> list[str]:
-    """Wait up to LINGER s for the run's processes to go; kill and name those that stay."""
-    deadline = time.monotonic() + LINGER
+def sweep(marker: str, cancel: Callable[[], None] | None = None,
+          linger: float = LINGER) -> list[str]:
+    """Wait up to ``linger`` s for the run's processes to go; kill and name those that stay."""
+    deadline = time.monotonic() + linger
     while True:
         left = processes_with_marker(marker)
         if not left:
