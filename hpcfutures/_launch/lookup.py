@@ -89,9 +89,7 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
             await asyncio.sleep(pause)
             deadline += pause + spread_over
             spread_over = 0.0
-        delay = interleave.pause("before-connect", rank)
-        if delay:
-            await asyncio.sleep(delay)
+        await interleave.paused("before-connect", rank)
         security = _dask.make_security(info.security)
         remaining = max(deadline - loop.time(), 0.1)
         knock = await _dask.knock(info.address, min(patience.probe_timeout, remaining), security)

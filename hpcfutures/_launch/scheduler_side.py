@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 from types import ModuleType
@@ -72,8 +71,6 @@ async def play_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, host
         return await service.serve(client_timeout=timeout)
     finally:
         await service.close()
-        delay = interleave.pause("scheduler-closing", plan.identity.rank)
-        if delay:
-            await asyncio.sleep(delay)
+        await interleave.paused("scheduler-closing", plan.identity.rank)
         plan.peers_exchange.finish(info)
 

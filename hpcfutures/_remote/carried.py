@@ -15,13 +15,15 @@ value into its slot::
     Dask:    runner(f, (Carried((1, Slot(0)), {"key": Task(...)}), <Dask future of fut>), {})
     worker:  f(1, <value of fut>, key=Task(...))
 
-Slots are found where the client found the futures: in lists, tuples (named
-ones too), sets and dicts, at any depth (``_facade/core/arguments.py``).
+Slots are found where the client found the futures, by the same walk
+(``_support/walking.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
+
+from .._support.walking import swap_within
 
 __all__ = ["Carried", "Slot", "carried", "uncarried"]
 
@@ -72,31 +74,8 @@ def uncarried(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     box, values = args[0], args[1:]
     if not values:
         return box.args, box.kwargs
-    return _filled(box.args, values, set()), _filled(box.kwargs, values, set())
 
+    def fill(slot: Slot) -> Any:
+        return values[slot.index]
 
-def _filled(value: Any, values: tuple, path: set[int]) -> Any:
-    """``value`` with every :class:`Slot` inside replaced by its dependency's value.
-
-    A container is rebuilt only where a slot was found, as the client's walk
-    rebuilt it when it put the slot there: a dict as a dict, a named tuple as its
-    own type, other lists, tuples and sets as the plain type.
-    """
-    if type(value) is Slot:
-        return values[value.index]
-    if not isinstance(value, (list, tuple, set, dict)) or id(value) in path:
-        return value
-    path.add(id(value))
-    try:
-        if isinstance(value, dict):
-            changed = {k: new for k, v in value.items()
-                       if (new := _filled(v, values, path)) is not v}
-            return {**value, **changed} if changed else value
-        items = [_filled(item, values, path) for item in value]
-    finally:
-        path.discard(id(value))
-    if all(a is b for a, b in zip(items, value, strict=True)):
-        return value
-    if isinstance(value, tuple):
-        return cast(Any, value)._make(items) if hasattr(value, "_fields") else tuple(items)
-    return set(items) if isinstance(value, set) else items
+    return swap_within(box.args, Slot, fill), swap_within(box.kwargs, Slot, fill)

@@ -16,11 +16,12 @@ finished).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import zlib
 
-__all__ = ["POINTS", "VARIABLE", "pause"]
+__all__ = ["POINTS", "VARIABLE", "pause", "paused"]
 
 VARIABLE = "HPCFUTURES_INTERLEAVE"
 POINTS = ("before-read", "before-connect", "scheduler-closing")
@@ -47,6 +48,13 @@ def pause(point: str, rank: int) -> float:
     if draws is None:
         draws = _draws[key] = random.Random(zlib.crc32(f"{seed}/{rank}/{point}".encode()))
     return draws.uniform(0.0, longest)
+
+
+async def paused(point: str, rank: int) -> None:
+    """Wait :func:`pause` seconds (at once when it is 0) on the event loop."""
+    delay = pause(point, rank)
+    if delay:
+        await asyncio.sleep(delay)
 
 
 #: One generator per (rank, point) in this process.

@@ -2,16 +2,15 @@
 
 ``submit(f, fut)``, ``submit(f, [fut1, fut2])`` and ``submit(f, {"a": (fut,)})``
 all pass futures.  Dask resolves its own futures at any depth of lists,
-tuples (named ones too), sets and dicts, so this walk opens the same
-containers, and nothing else, for three purposes:
+tuples (named ones too), sets and dicts, so the walk (``_support/walking.py``)
+opens the same containers, and nothing else, for three purposes:
 
 * refuse a future of another executor with a clear error, not a pickling error;
 * tell whether a call depends on other tasks (such calls are not bundled);
 * swap this executor's futures for Dask futures as the call is sent.
 
 A container that holds no future comes back as the very same object, so the
-common case (plain data) copies nothing.  A container met again inside itself
-is left alone rather than walked forever.
+common case (plain data) copies nothing.
 """
 
 from __future__ import annotations
@@ -19,78 +18,24 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
+from ..._support.walking import CONTAINERS, plain, swap_within
 from .futures import TaskFuture
 
 __all__ = ["futures_in", "plain_rows", "plain_values", "refuse_foreign_futures", "swap_futures"]
 
-#: What Dask opens to resolve its futures (``dask._task_spec.parse_input``).
-_CONTAINERS = (list, tuple, set, dict)
-_WORTH_A_LOOK = (cf.Future, *_CONTAINERS)
+_WORTH_A_LOOK = (cf.Future, *CONTAINERS)
 
 
 def swap_futures(value: Any, swap: Callable[[cf.Future], Any]) -> Any:
     """``value`` with every future inside it replaced by ``swap(future)``."""
-    if isinstance(value, cf.Future):
-        return swap(value)
-    if not isinstance(value, _CONTAINERS) or _plain(value):
-        return value
-    return _walk(value, swap, set())
-
-
-def _plain(container: Any) -> bool:
-    """No future and no container inside: the usual case, settled in one pass."""
-    for item in container.values() if isinstance(container, dict) else container:
-        if isinstance(item, _WORTH_A_LOOK):
-            return False
-    return True
-
-
-def _walk(container: Any, swap: Callable[[cf.Future], Any], path: set[int]) -> Any:
-    if id(container) in path:
-        return container
-    path.add(id(container))
-    try:
-        changes = _changes(container, swap, path)
-    finally:
-        path.discard(id(container))
-    return _rebuilt(container, changes) if changes else container
-
-
-def _changes(container: Any, swap: Callable[[cf.Future], Any], path: set[int]) -> dict:
-    """What changes in ``container``: by key for a dict, else by position."""
-    changes = {}
-    places = container.items() if isinstance(container, dict) else enumerate(container)
-    for place, item in places:
-        if isinstance(item, cf.Future):
-            new = swap(item)
-        elif isinstance(item, _CONTAINERS) and not _plain(item):
-            new = _walk(item, swap, path)
-        else:
-            continue
-        if new is not item:
-            changes[place] = new
-    return changes
-
-
-def _rebuilt(container: Any, changes: dict) -> Any:
-    """A container like ``container`` with ``changes``: the types Dask rebuilds too."""
-    if isinstance(container, dict):
-        return {**container, **changes}
-    items = list(container)
-    for index, new in changes.items():
-        items[index] = new
-    if isinstance(container, tuple):
-        if hasattr(container, "_fields"):  # a named tuple
-            return cast(Any, container)._make(items)
-        return tuple(items)
-    return set(items) if isinstance(container, set) else items
+    return swap_within(value, cf.Future, swap)
 
 
 def futures_in(args: tuple | list, kwargs: dict | None = None) -> list[cf.Future]:
     """Every future among ``args`` and the values of ``kwargs``, at any depth."""
-    if _plain(args) and (not kwargs or _plain(kwargs)):
+    if plain(args, cf.Future) and (not kwargs or plain(kwargs, cf.Future)):
         return []  # the usual case, without setting up a walk
     found: list[cf.Future] = []
 

@@ -109,6 +109,8 @@ class Sender:
                 continue
             # Kept until it is done: to send it again if its worker dies (recovery.py).
             future._recipe = (runner, fn, args, kwargs, depends)
+            # One graph per runner and needs; per call count too when counts are annotated.
+            calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
             if future._parked is not None:
                 future._parked = None  # parked no more: it is being sent now
             if depends:
@@ -124,15 +126,10 @@ class Sender:
                     continue
                 if resolved is None:
                     continue
-                # One graph per runner and needs; per call count too when counted.
-                calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls \
-                    else 1
                 args, kwargs = resolved
             else:
                 if runner is run_chunk_task and not isinstance(args[0], Rows):
                     args = (Rows(args[0]),)  # no future inside: a box of its own
-                calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls \
-                    else 1
                 args, kwargs = carried(args, kwargs)  # Dask never reads the arguments
             name = getattr(fn, "__name__", "task")
             groups.setdefault((runner, calls, needs_of(fn)), []).append(
