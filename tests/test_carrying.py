@@ -29,7 +29,7 @@ def test_every_value_round_trips_under_a_launcher():
 
 
 def test_dask_collections_compute_on_the_executor_as_their_scheduler(executors):
-    dask = pytest.importorskip("dask")
+    import dask
     import dask.array as da
     import dask.bag as db
 
