@@ -276,10 +276,22 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
     published, cpu_at_publish = time.time(), cpu_seconds(scheduler.pid)
     out["fds"] = 0
     lines = Lines(client)
+    killed = False
     while True:
-        line = lines.next(max(deadline - time.monotonic(), 0.1))
+        line = lines.next(1.0)
         if line is None:
-            raise RuntimeError(f"the client ended or stalled; it said {lines.seen[-5:]}")
+            # A process that ended early fails the launch now, not at the deadline:
+            # a host that died before its workers joined leaves the client waiting.
+            ended = [f"host {k} (status {host.returncode})" for k, host in enumerate(hosts)
+                     if host.poll() is not None and not (killed and k == 0)]
+            if scheduler.poll() is not None:
+                ended.append(f"the scheduler (status {scheduler.returncode})")
+            if client.poll() is not None:
+                ended.append(f"the client (status {client.returncode})")
+            if ended or time.monotonic() > deadline:
+                why = f"{', '.join(ended)} ended" if ended else "the client stalled"
+                raise RuntimeError(f"{why} before the client left; it said {lines.seen[-5:]}")
+            continue
         what, _, rest = line.partition(" ")
         when = float(rest.split()[0]) if rest else 0.0
         if what == "READY":
@@ -315,7 +327,7 @@ def _follow(client: subprocess.Popen[str], scheduler: subprocess.Popen[str], sch
             # Half a call into the map: every worker runs its first call.
             time.sleep(max(when + args.seconds / 2 - time.time(), 0.0))
             os.killpg(hosts[0].pid, signal.SIGKILL)
-            killed_at = time.time()
+            killed, killed_at = True, time.time()
         elif what == "DONE":
             out["after_kill"] = when - killed_at
             out["wrong"] = int(rest.split()[1])

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from distributed import Client, wait
+from distributed.utils import json_load_robust
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.jobs.scale_hosts import CUT_AFTER, dask_security, timed_maps
@@ -39,7 +40,10 @@ def say(what, *more):
 
 
 scheduler_file, credentials = sys.argv[1], Path(sys.argv[2])
-client = Client(scheduler_file=scheduler_file, security=dask_security(credentials), timeout=60)
+# Dask's scheduler writes its file in place, and its Client gives up a file that is
+# not whole after 0.1 s: read it as Dask's workers do, until it is whole.
+address = json_load_robust(scheduler_file, timeout=60)["address"]
+client = Client(address, security=dask_security(credentials), timeout=60)
 client.wait_for_workers(WORKERS, timeout=600)
 say("READY")
 # Every worker joined and idle: what the launch costs doing nothing.

@@ -226,6 +226,7 @@ def _tally(outcomes: Any) -> dict[str, int]:
 async def host_dask(args: argparse.Namespace) -> dict[str, Any]:
     """The same number of Dask's own workers, joining as soon as the file is there."""
     from distributed import Worker
+    from distributed.utils import json_load_robust
 
     security = dask_security(Path(args.credentials))
     loop = asyncio.get_running_loop()
@@ -233,7 +234,9 @@ async def host_dask(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.scheduler_file)
     while not path.exists():  # one reader for the whole process: see scale.py
         await asyncio.sleep(0.01)
-    address = json.loads(path.read_text())["address"]
+    # Dask's scheduler writes its file in place (open, then dump): read as its own
+    # workers do, again until the JSON is whole, never once the moment it appears.
+    address = json_load_robust(str(path), timeout=args.timeout)["address"]
     workers = [Worker(address, nthreads=1, memory_limit=0, host="127.0.0.1",
                       dashboard=False, security=security, protocol="tls",
                       death_timeout=args.timeout, validate=False)
