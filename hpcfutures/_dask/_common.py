@@ -128,3 +128,31 @@ class _OneContextPerRole(Security):
 
 #: The process's Security for each launch's credentials (a process has one or two).
 _SECURITIES: dict[tuple[str, str], Security] = {}
+
+
+def dashboard_cannot_stop() -> str:
+    """Why this process's Dask could not stop its dashboard's server, or "" if it can.
+
+    bokeh 3.10 refuses a synchronous ``stop()`` inside a running event loop, and a
+    distributed without ``ServerNode._stop_services`` (before 2026.8.0) calls just that
+    when its scheduler closes: the close raises half-way.  Such a scheduler starts
+    without its dashboard, and the client's warning gives this text.
+    """
+    import importlib.metadata
+    import importlib.util
+
+    from distributed.node import ServerNode
+
+    if hasattr(ServerNode, "_stop_services") or importlib.util.find_spec("bokeh") is None:
+        return ""
+    try:
+        bokeh = tuple(int(part) for part in importlib.metadata.version("bokeh").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return ""
+    if bokeh < (3, 10):
+        return ""
+    import distributed
+
+    return (f"distributed {distributed.__version__} cannot stop the dashboard of bokeh "
+            f"{importlib.metadata.version('bokeh')} (its scheduler's close fails): "
+            "pip install 'bokeh<3.10', or distributed>=2026.8.0")

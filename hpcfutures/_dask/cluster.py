@@ -23,6 +23,7 @@ from ._common import (
     HOST_KEY,
     RELEASED_OP,
     WORKER_CHANGES_OP,
+    dashboard_cannot_stop,
     scheduler_rpc,
 )
 
@@ -82,6 +83,8 @@ class DashboardFacts(TypedDict):
     port: int
     served: bool
     bokeh: bool
+    #: Why the scheduler left its dashboard off although asked ("" when it did not).
+    cannot_stop: str
 
 
 async def cluster_size(client: Client, subscribe: bool = False) -> tuple[int, int]:
@@ -204,15 +207,17 @@ def dashboard_facts_here(dask_scheduler: Scheduler) -> DashboardFacts:
     # Without the dashboard there is no HTTP server (see scheduler._Scheduler);
     # with it, Dask notes on tornado's server where it bound it.
     server: Any = getattr(dask_scheduler, "http_server", None)  # tornado's HTTPServer
+    bokeh = importlib.util.find_spec("bokeh") is not None
     if server is None:
         return DashboardFacts(host=socket.gethostname(), address="", port=0, served=False,
-                              bokeh=importlib.util.find_spec("bokeh") is not None)
+                              bokeh=bokeh, cannot_stop=dashboard_cannot_stop())
     return DashboardFacts(
         host=socket.gethostname(),
         address=str(server.address),
         port=int(server.port),
         served=bool(dask_scheduler.http_application.applications),
-        bokeh=importlib.util.find_spec("bokeh") is not None,
+        bokeh=bokeh,
+        cannot_stop="",
     )
 
 

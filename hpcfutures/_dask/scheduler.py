@@ -21,6 +21,7 @@ from ._common import (
     EXIT_FAILED,
     RELEASED_OP,
     VERDICT_OP,
+    dashboard_cannot_stop,
 )
 from .coordinator import Coordinator
 from .release import IdleRelease
@@ -183,6 +184,8 @@ class SchedulerService:
         tuning.apply()
         check_versions_once_per_installation()
         self.coordinator = Coordinator(keep_serving, expected_workers)
+        if dashboard and dashboard_cannot_stop():
+            dashboard = False  # the client warns, with the reason (cluster.dashboard_facts)
         self._options: dict[str, Any] = dict(
             host=host,
             interface=interface,

@@ -46,6 +46,8 @@ def announce_dashboard(facts: Mapping[str, Any] | None, stream: Any = None) -> N
         logger.warning("dashboard=True, but bokeh is not installed where the scheduler runs, "
                        "so there is no dashboard: pip install bokeh (or "
                        "'hpcfutures[dashboard]')")
+    elif facts.get("cannot_stop"):
+        logger.warning("dashboard=True, but the scheduler left it off: %s", facts["cannot_stop"])
     elif not facts.get("served") or not facts.get("port"):
         logger.warning("dashboard=True here, but the scheduler was started without it: set "
                        "HPCFUTURES_DASHBOARD=1 (or dashboard=True) for every rank")
