@@ -43,7 +43,7 @@ CHUNKSIZES = (1_000, 10_000, 100_000)
 BUFFERSIZE = 1000
 WORKERS = 2
 #: Where the held submits' gate file is (set for the executor's workers to inherit).
-GATE_VARIABLE = "HPCFUTURES_MEMORY_GATE"
+GATE_VARIABLE = "HPCFUTURES_BENCH_MEMORY_GATE"
 #: The measurements, in the order they run (``--only``).
 PARTS = ("submit", "map", "endless", "journal")
 

@@ -205,3 +205,38 @@ def test_version_comes_from_the_package_metadata():
     import hpcfutures
 
     assert hpcfutures.__version__ == version("hpcfutures")
+
+
+def test_a_mistyped_variable_is_named_with_the_one_meant():
+    from hpcfutures._support.variables import unknown_variables
+
+    environ = {"HPCFUTURES_TIMEOUTT": "3", "HPCFUTURES_MAXWORKERS": "1",
+               "HPCFUTURES_TIMEOUT": "5", "HPCFUTURES_RANK": "1", "HPCFUTURES_XYZZY": "1",
+               "HPCFUTURES_TEST_MARKER": "abc", "OTHER_TIMEOUTT": "1"}
+    assert unknown_variables(environ) == {"HPCFUTURES_MAXWORKERS": "HPCFUTURES_MAX_WORKERS",
+                                          "HPCFUTURES_TIMEOUTT": "HPCFUTURES_TIMEOUT",
+                                          "HPCFUTURES_XYZZY": None}
+
+
+def test_an_unknown_variable_is_warned_about_once_and_listed_by_info(tmp_path):
+    """A user's script and ``hpcfutures info``, as a user runs them."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    env = {**__import__("os").environ, "HPCFUTURES_TIMEOUTT": "3",
+           "PYTHONPATH": str(ROOT)}
+    script = ("import hpcfutures\n"
+              "for _ in range(2):\n"
+              "    with hpcfutures.Executor(1) as ex:\n"
+              "        print(ex.submit(abs, -4).result())\n")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == ["4", "4"], done
+    warned = [line for line in done.stderr.splitlines() if "HPCFUTURES_TIMEOUTT" in line]
+    assert len(warned) == 1 and "did you mean HPCFUTURES_TIMEOUT?" in warned[0], done.stderr
+    info = subprocess.run([sys.executable, "-m", "hpcfutures", "info"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "unknown variables:" in info.stdout, info
+    assert "HPCFUTURES_TIMEOUTT is set but hpcfutures has no such variable" in info.stdout

@@ -162,6 +162,7 @@ def _run(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from .._support.config import resolve_settings_despite_errors
     from .._support.options import OPTIONS
+    from .._support.variables import describe_unknown, unknown_variables
 
     settings, errors = resolve_settings_despite_errors()
     errors = [f"ConfigurationError: {error}" for error in errors]
@@ -170,6 +171,10 @@ def _info(args: argparse.Namespace) -> int:
     if errors:  # first: a wrong setting is the likelier cause of any later error
         report["error"] = "; ".join([*errors, *filter(None, [report.get("error")])])
     report["allocation_end"] = _allocation_end(settings)
+    unknown = unknown_variables()
+    if unknown:
+        report["unknown_variables"] = [describe_unknown(name, nearest)
+                                       for name, nearest in unknown.items()]
     report["settings"] = {
         option.name: {"value": getattr(settings, option.name),
                       "source": settings.sources[option.name]}
@@ -181,6 +186,10 @@ def _info(args: argparse.Namespace) -> int:
     for key, value in report.items():
         if key == "why":
             print("why:")
+            for line in value:
+                print(f"  - {line}")
+        elif key == "unknown_variables":
+            print("unknown variables:")
             for line in value:
                 print(f"  - {line}")
         elif key == "settings":

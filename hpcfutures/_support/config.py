@@ -16,6 +16,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from .options import BY_NAME, CONFIG_SECTION, OPTIONS, Option
+from .variables import warn_unknown_variables
 
 __all__ = ["Settings", "expand_template", "resolve_option", "resolve_settings",
            "resolve_settings_despite_errors"]
@@ -115,7 +116,9 @@ def resolve_settings(
     unknown = set(explicit) - set(BY_NAME)
     if unknown:
         raise ConfigurationError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    environ = os.environ if environ is None else environ
+    if environ is None:
+        environ = os.environ
+        warn_unknown_variables(environ)  # a mistyped option's variable is otherwise ignored
     dask_config = _dask_config() if dask_config is None else dask_config
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

@@ -28,7 +28,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._errors import AllocationLostError, NotServingError
 from ..._launch.outside import expand_path
@@ -255,7 +255,7 @@ def allocate(
     timeout: float | str | None = None,
     queue_timeout: float | str | None = None,
     ssh: str | SSH | None = None,
-    workers: Sequence[dict] | None = None,
+    workers: Sequence[dict[str, Any]] | None = None,
 ) -> AllocatedExecutor:
     """Submit a serving job to the batch system, wait until it serves, and connect to it.
 
