@@ -156,7 +156,10 @@ def map_with_buffersize_reads_its_input_lazily(ex):
         assert seen == [1, 4], seen
     else:
         raise AssertionError("the input's error was lost")
-    for wrong, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError)):
+    # Python 3.14 checks isinstance(buffersize, int): True is a buffer of one.
+    assert list(ex.map(square, range(3), buffersize=True)) == [0, 1, 4]
+    for wrong, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError),
+                         (False, ValueError), ("2", TypeError)):
         try:
             ex.map(square, range(3), buffersize=wrong)
         except error:

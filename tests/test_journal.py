@@ -222,6 +222,24 @@ def test_a_lazy_map_records_and_resumes_window_by_window(tmp_path):
     assert ran == list(range(12))  # each call once: the second run resumed them all
 
 
+def test_a_lazy_map_whose_input_breaks_runs_every_item_read_first_as_without_a_journal(
+        tmp_path):
+    """The input raises after 12 items, read 5 at a time: the 12 results come, then
+    the error, with a journal as without one (the journal's windows lost the two
+    items read before the error)."""
+    def broken():
+        yield from range(12)
+        raise LookupError("the input broke")
+
+    for journal in (None, str(tmp_path / "journal")):
+        seen = []
+        with hpcfutures.LocalExecutor(1, journal=journal) as ex:
+            with pytest.raises(LookupError, match="the input broke"):
+                for value in ex.map(abs, broken(), buffersize=5):
+                    seen.append(value)
+        assert seen == list(range(12)), (journal, seen)
+
+
 # ------------------------------------------------------- at 10^7 entries (issue 26)
 class _Noted:
     """A result that notes the thread pickling it, and whether its gate was open then."""

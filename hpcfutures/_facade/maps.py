@@ -74,7 +74,7 @@ class MapMethods:
         if not isinstance(fn, MPITask):  # a task's needs: checked once for all its calls
             self._check_needs(fn)
         if buffersize is not None:
-            if not isinstance(buffersize, int) or isinstance(buffersize, bool):
+            if not isinstance(buffersize, int):  # True is 1, False is refused: as in 3.14
                 raise TypeError("buffersize must be an integer or None")
             if buffersize < 1:
                 raise ValueError("buffersize must be None or > 0")
@@ -127,13 +127,21 @@ class MapMethods:
             return self.map(fn, *zip(*window, strict=True), timeout=left,
                             chunksize=chunksize, progress=progress)
 
-        first = list(itertools.islice(source, buffersize))
+        first, error = _read_window(source, buffersize)
         started = window_map(first) if first else iter(())
 
         def results() -> Iterator[Any]:
+            nonlocal error
             yield from started
-            while window := list(itertools.islice(source, buffersize)):
+            while error is None:
+                window, error = _read_window(source, buffersize)
+                if not window:
+                    break
                 yield from window_map(window)
+            if error is not None:
+                # As without a journal: every item read before the error ran, and
+                # its result came first.
+                raise error
 
         return results()
 
@@ -207,3 +215,15 @@ def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ..
     for arguments in zip(*iterables, strict=False):
         append(arguments)
     return items
+
+
+def _read_window(source: Iterator[tuple[Any, ...]],
+                 size: int) -> tuple[list[tuple[Any, ...]], Exception | None]:
+    """Up to ``size`` items of ``source``, and the exception that ended it early (the
+    items read before it are kept: they are the caller's work)."""
+    window: list[tuple[Any, ...]] = []
+    try:
+        window.extend(itertools.islice(source, size))
+    except Exception as err:
+        return window, err
+    return window, None
