@@ -31,7 +31,9 @@
     ├── TimeLimitError (RuntimeError)         a call never started: the executor drained
     │                                         before the allocation's end
     └── BrokenHPCExecutor (BrokenExecutor)    the scheduler or all workers are gone, or
-                                              a worker's initializer raised (its cause)
+        │                                     a worker's initializer raised (its cause)
+        └── AllocationLostError               allocate(): the job stopped serving (also
+                                              a NotServingError)
 
 Each class also derives from the built-in exception callers already catch, so
 ``except TimeoutError`` or ``except concurrent.futures.BrokenExecutor`` keeps

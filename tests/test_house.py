@@ -114,3 +114,16 @@ def test_the_strict_type_checking_list_names_real_modules():
     modules = _modules()
     missing = [name for name in named if name.removesuffix(".*") not in modules]
     assert missing == [], "pyproject.toml's mypy overrides name modules that do not exist"
+
+
+def test_the_error_tree_in_errors_py_names_every_public_error():
+    """The drawing at the top of ``_errors.py`` is the users' map of what to catch."""
+    import hpcfutures
+    from hpcfutures import _errors
+
+    drawn = _errors.__doc__ or ""
+    public = [name for name in hpcfutures.__all__
+              if isinstance(getattr(hpcfutures, name), type)
+              and issubclass(getattr(hpcfutures, name), hpcfutures.HPCFuturesError)]
+    assert len(public) > 10
+    assert [name for name in public if name not in drawn] == []

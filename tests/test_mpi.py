@@ -374,3 +374,20 @@ def test_a_worker_that_comes_after_the_end_leaves_with_status_0(real_mpi, delay)
     assert job.returncode == 0, job
     assert job.stdout.count("RESULT 2") == 1, job
     assert "Abort" not in job.stderr, job
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("launcher", ["mpiexec", "run"])
+def test_a_second_executor_after_the_launch_ended_is_launch_ended_everywhere(real_mpi,
+                                                                              launcher):
+    """Under mpiexec the first executor's end finalizes MPI; a second Executor() then
+    raised LauncherError ("MPI was already finalized") where hpcfutures run and srun
+    raise LaunchEndedError.  One class, one explanation, under every launcher."""
+    job_file = JOBS / "second_executor_job.py"
+    command = (["mpiexec", "-n", "3", sys.executable, job_file] if launcher == "mpiexec"
+               else [sys.executable, "-m", "hpcfutures", "run", "-n", "3", sys.executable,
+                     job_file])
+    job = run_job(command, env=MPI_ENV if launcher == "mpiexec" else None, timeout=60)
+    assert job.returncode == 0, job
+    assert "SECOND LaunchEndedError: this process already was" in job.stdout, job

@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from .._errors import LauncherError
+from .._errors import LaunchEndedError, LauncherError
 from .._support.backoff import Backoff
 from .._support.mpi import mpi_module
 
@@ -47,6 +47,10 @@ class DeadlinePassed(Exception):
     """A non-blocking MPI operation did not complete before its deadline."""
 
 
+#: Whether hpcfutures finalized MPI in this process (at the end of a launch).
+_finalized_here = False
+
+
 def _mpi() -> Any:
     """The ``mpi4py.MPI`` module (importing it initialises MPI, unless the user said not to)."""
     return mpi_module()
@@ -56,8 +60,15 @@ def world() -> Any:
     """``COMM_WORLD``, initialising MPI on first use."""
     MPI = _mpi()
     if MPI.Is_finalized():
-        raise LauncherError("MPI was already finalized in this process: an MPI launch can "
-                            "open one executor per process, not another one after the first")
+        if _finalized_here:  # the end of this process's first executor's launch
+            raise LaunchEndedError(
+                "this process already was part of an MPI launch, which ended with its "
+                "executor (MPI is finalized): a launch serves one executor, and its other "
+                "ranks exit when that executor shuts down. Do all the work of a launch "
+                "inside one `with Executor() as ex:` block (or pass that executor around), "
+                "or start a new launch for the next one")
+        raise LauncherError("MPI was finalized in this process before hpcfutures could "
+                            "use it: create the executor before MPI.Finalize()")
     if not MPI.Is_initialized():  # the user set mpi4py.rc.initialize = False
         MPI.Init_thread(MPI.THREAD_MULTIPLE)
     _install_abort_on_uncaught_exception()
@@ -138,6 +149,8 @@ def finalize_together(timeout: float) -> bool:
     except DeadlinePassed:
         return False
     _flush()
+    global _finalized_here
+    _finalized_here = True
     _mpi().Finalize()
     return True
 
