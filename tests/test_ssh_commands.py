@@ -187,3 +187,18 @@ def test_credentials_read_through_ssh_build_tls_contexts_without_touching_the_di
     for role in ("client", "worker"):
         context = _dask.make_security(paths).get_connection_args(role)["ssl_context"]
         assert context.verify_mode.name == "CERT_REQUIRED"
+
+
+def test_an_scp_style_path_with_ssh_given_too_is_the_path_on_that_cluster():
+    """``connect("cluster:~/x.json", ssh=SSH("cluster"))`` looked for a file named
+    ``cluster:~/x.json`` in the remote home; another cluster in the path is refused."""
+    from hpcfutures import SSH
+    from hpcfutures._facade.outside.remote import remote_location
+
+    ssh = SSH("cluster")
+    assert remote_location("cluster:~/x.json", ssh) == (ssh, "~/x.json")
+    assert remote_location("cluster:~/x.json", "cluster") == ("cluster", "~/x.json")
+    assert remote_location("~/x.json", ssh) == (ssh, "~/x.json")
+    assert remote_location("cluster:~/x.json", None) == ("cluster", "~/x.json")
+    with pytest.raises(ValueError, match="names the cluster 'other', but ssh= names 'cluster'"):
+        remote_location("other:~/x.json", ssh)

@@ -162,9 +162,12 @@ def test_connect_and_stop_a_serve_job_sbatched_on_the_cluster(code):
         where = "cluster:~/hpcf-lab-{token}.json"
         with hpcfutures.connect(where, wait=60) as ex:
             print("SUM", sum(ex.map(abs, range(-50, 50))))
+        # The scp-style path with ssh= naming the same cluster is the same file.
+        with hpcfutures.connect(where, ssh=hpcfutures.SSH("cluster"), wait=60) as ex:
+            print("AGAIN", ex.submit(abs, -3).result())
         print("AFTER", os.popen("true").close())  # left: the job keeps serving
         """)
-    assert "SUM 2500" in out, out
+    assert "SUM 2500" in out and "AGAIN 3" in out, out
     assert _queue(), "leaving a connected executor stopped the job"
     out = _on_laptop(code, f"""
         from hpcfutures._cli import main

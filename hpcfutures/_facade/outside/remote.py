@@ -37,7 +37,18 @@ def remote_location(location: object, ssh: str | SSH | Cluster | None
     """(target, path) when ``location`` is on a cluster: ``ssh=`` given, or scp-style
     ``"cluster:~/f.json"``; None for a local path."""
     if ssh is not None:
-        return ssh, str(location)
+        path = str(location)
+        scp_style = split_remote(path) if isinstance(location, str) else None
+        if scp_style is not None:
+            # The same cluster named twice is one place; two clusters are a mistake.
+            target = ssh if isinstance(ssh, str) else ssh.target
+            if scp_style[0] != target:
+                raise ValueError(
+                    f"{path!r} names the cluster {scp_style[0]!r}, but ssh= names "
+                    f"{target!r}: give the path on the cluster alone with ssh= "
+                    f"({scp_style[1]!r}), or the scp-style path without ssh=")
+            path = scp_style[1]
+        return ssh, path
     if isinstance(location, str):
         return split_remote(location)
     return None
