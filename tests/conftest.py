@@ -41,12 +41,16 @@ TIER_1 = {
     "test_ending",
 }
 #: Tier 3 (marked ``slow``): faults, signals, promptness, scale and benchmark smoke tests.
+#: A module here is tier 3 but for its units (what does not launch), which are tier 1.
 TIER_3 = {
     "test_benchmarks", "test_failures", "test_faults", "test_memory", "test_scale_limits",
     "test_scale_real", "test_signals", "test_interleave",
+    # A call that kills its worker; the allocation's end, draining and requeueing; the
+    # launch's status when its client fails; idle workers released promptly.
+    "test_crashes", "test_draining", "test_client_status", "test_release",
 }
 #: Fixtures and markers that mean a real launch (so at least tier 2).
-LAUNCHING = {"launcher", "launches", "batch"}
+LAUNCHING = {"launcher", "launches", "batch", "array", "real_slurm", "real_mpi", "slurm_env"}
 BACKENDS = {"slurm", "mpi", "multinode", "ssh_lab"}
 
 
@@ -55,17 +59,34 @@ TIER_1_TESTS = {
     "test_a_seed_draws_the_same_launch_every_time",
     "test_the_short_form_meets_a_rank_that_starts_after_the_end",
 }
+#: Tests of other modules that are tier 3: faults, time limits, benchmark smoke runs.
+TIER_3_TESTS = {
+    "test_the_scale_harness_runs_small_and_prints_its_table",  # benchmark smoke
+    "test_the_storage_benchmark_compares_the_settings_beside_numpy",  # benchmark smoke
+    "test_a_slurm_job_drains_requeues_itself_and_completes_every_item_once",  # time limit
+    "test_an_h_rt_job_drains_exits_99_and_its_rerun_completes_every_item_once",  # time limit
+    "test_tasks_whose_scheduler_task_was_deleted_end_within_a_minute",  # fault
+    "test_array_whose_scheduler_element_never_starts_ends_within_a_minute",  # fault
+    "test_allocate_scale_die_and_submit_wait_on_slurm",  # fault: a worker job dies
+    "test_a_worker_that_comes_after_the_end_leaves_with_status_0",  # promptness: late rank
+    "test_contract_on_sixteen_oversubscribed_ranks",  # scale
+    "test_run_ends_copies_that_ignore_a_forwarded_signal",  # signals
+    "test_run_forwards_signals_and_everything_stops",  # signals
+}
 
 
 def tier_of(item) -> int:
     """The tier a collected test belongs to (see TIER_1, TIER_3); 2 by default."""
     module = item.module.__name__.rpartition(".")[2]
-    if item.name.split("[")[0] in TIER_1_TESTS:
+    name = item.name.split("[")[0]
+    if name in TIER_1_TESTS:
         return 1
-    if item.get_closest_marker("slow") or module in TIER_3:
+    if name in TIER_3_TESTS or item.get_closest_marker("slow"):
         return 3
     launching = LAUNCHING & set(getattr(item, "fixturenames", ())) or any(
         item.get_closest_marker(name) for name in BACKENDS)
+    if module in TIER_3:
+        return 3 if launching or module not in TIER_1 else 1
     return 1 if module in TIER_1 and not launching else 2
 
 
