@@ -37,7 +37,8 @@ def have_sphinx() -> bool:
 @pytest.mark.timeout(600)
 def test_docs_build_with_warnings_as_errors(tmp_path):
     require(have_sphinx(), "sphinx and furo (python -m pip install -e '.[docs]')")
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+    # -n: nitpicky, every cross-reference (:class:, :mod:, :doc:, ...) must resolve.
+    command = [sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html",
                "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
@@ -181,3 +182,69 @@ def test_the_architecture_page_names_every_module_of_the_package():
     readme = (ROOT / "README.md").read_text()
     for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").exists()):
         assert f"{folder.name}/" in readme, f"README's layout does not show {folder.name}/"
+
+
+# ------------------------------------------------------------ names of modules
+PACKAGE = ROOT / "hpcfutures"
+DOTTED = re.compile(r"(?<![\w./-])hpcfutures(?:\.[A-Za-z_]\w*)+")
+#: ``_dask/spans.py``, ``hpcfutures/_facade/core/futures.py``, ``launchers/run.py``
+PATH = re.compile(r"(?<![\w./-])((?:hpcfutures/)?(?:_?[a-z]\w*/)+_?[a-z]\w*\.py)\b")
+OUTSIDE = {"tests", "benchmarks", "examples", "docs", "ci"}
+
+
+def _texts():
+    """(where, text) of the README, every docs page and every module of the package."""
+    yield "README.md", (ROOT / "README.md").read_text()
+    for page in sorted((ROOT / "docs").glob("*.rst")):
+        yield f"docs/{page.name}", page.read_text()
+    for source in sorted(PACKAGE.rglob("*.py")):
+        yield str(source.relative_to(ROOT)), source.read_text()
+
+
+def _dotted_exists(name: str) -> bool:
+    """Whether ``hpcfutures.a.b.c`` is a module of the package, or a name defined in one."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        module = base.with_suffix(".py") if base.with_suffix(".py").exists() else \
+            base / "__init__.py"
+        if module.exists():
+            rest = parts[cut:]
+            return not rest or re.search(rf"\b{re.escape(rest[0])}\b", module.read_text()) \
+                is not None
+    return False
+
+
+def test_every_module_a_page_or_docstring_names_exists():
+    """A page, the README or a docstring that names a module of hpcfutures (dotted, or as
+    a path) names one that exists: modules move, and their mentions rotted (a docstring
+    pointed to ``_session``, the strict-typing list to ``_facade.connect``)."""
+    missing = []
+    for where, text in _texts():
+        for name in set(DOTTED.findall(text)):
+            if not _dotted_exists(name.rstrip(".")):
+                missing.append(f"{where}: {name}")
+        for path in set(PATH.findall(text)):
+            relative = path.removeprefix("hpcfutures/")
+            top = relative.split("/")[0]
+            if top in OUTSIDE:
+                exists = (ROOT / relative).exists()
+            elif top in {folder.name for folder in PACKAGE.rglob("*") if folder.is_dir()}:
+                exists = any(PACKAGE.rglob(relative))  # _dask/spans.py, core/futures.py
+            else:
+                continue  # another project's file (tornado/iostream.py)
+            if not exists:
+                missing.append(f"{where}: {path}")
+    assert missing == [], "\n".join(sorted(missing))
+
+
+def test_the_readme_is_a_front_door_and_no_page_tells_the_history_of_the_work():
+    """At most 250 lines of README; no issue numbers in the README, the docs, the package
+    or benchmarks/README.md (users have no tracker to look them up in)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    numbered = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+    found = [f"{where}: {match}" for where, text in
+             [*_texts(), ("benchmarks/README.md", (ROOT / "benchmarks" / "README.md").read_text())]
+             for match in numbered.findall(text)]
+    assert found == []

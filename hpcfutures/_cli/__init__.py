@@ -271,7 +271,7 @@ def _describe_launch(settings, report: dict) -> None:
 
 
 def _resources_line(settings, identity, role, report: dict) -> str:
-    """What a worker of this process declares for calls that state needs (issue 28)."""
+    """What a worker of this process declares for calls that state needs."""
     import os
 
     from .._launch.roles import Role

@@ -94,8 +94,8 @@ async def cluster_size(client: Client, subscribe: bool = False) -> tuple[int, in
     client asks twice a second while calls are outstanding.  ``subscribe``:
     the scheduler also subscribes this client to the cluster's announcements,
     before it counts.  Dask's own subscription travels on the client's batched
-    stream, which this question overtakes: a worker that joined in between was
-    neither counted nor announced (4 runs in 5 of the seam test on Python 3.10).
+    stream, which this question overtakes: a worker that joined in between
+    would be neither counted nor announced.
     """
     ask = getattr(scheduler_rpc(client), CLUSTER_SIZE_OP)
     workers, threads = await (ask(subscribe=client.id) if subscribe else ask())

@@ -224,8 +224,8 @@ class SchedulerService:
             # no more than the workers can take.  Dask's queue also holds the
             # finished results a dead worker took with it, to compute them again,
             # and looks at it only when a task ends or a worker joins: when the
-            # client waits for just those results, nothing ends, and they waited
-            # until the next worker died (seen in 1 of 5 runs of crash_job.py).
+            # client waits for just those results, nothing ends, and they would
+            # wait until the next worker died.
             scheduler.WORKER_SATURATION = math.inf
         self._scheduler = await scheduler
         return self

@@ -172,10 +172,10 @@ def quiet_for_shutdown() -> None:
     """Once the launch is ending, Dask's complaints about closing connections are noise.
 
     Called when the verdict is known (scheduler and workers); hpcfutures' own
-    logger, which says how the launch ended, is not affected.  (Seen in CI: a
-    Ctrl-C'd client whose Dask client was reconnecting to the scheduler that the
-    same Ctrl-C had stopped; the loop's teardown cancelled that reconnect, and
-    ``distributed.client``, which keeps its own level, logged the
+    logger, which says how the launch ended, is not affected.  (A Ctrl-C'd
+    client whose Dask client is reconnecting to the scheduler that the same
+    Ctrl-C stopped: the loop's teardown cancels that reconnect, and
+    ``distributed.client``, which keeps its own level, would log the
     ``CancelledError`` as an error.)
     """
     global _shutting_down

@@ -156,9 +156,9 @@ def _ignore_repeats(loop: asyncio.AbstractEventLoop) -> None:
     (``hpcfutures run``, ``srun``, ``mpiexec``), or a user presses Ctrl-C twice.
     The first one already ends the rank, in order.  But closing the loop gives
     the signals their default actions back, and a copy landing between that
-    and the process's end killed a rank that was leaving cleanly: its status
-    became the signal's (143) instead of its own (0 in a serving launch; seen
-    in CI under ``hpcfutures run``).  SIGKILL, which every launcher sends after
+    and the process's end would kill a rank that is leaving cleanly: its status
+    would be the signal's (143) instead of its own (0 in a serving launch).
+    SIGKILL, which every launcher sends after
     its grace, still ends a rank stuck on its way out.  (A process started
     from here on inherits the ignored signals across exec: hpcfutures starts
     none, and one that a call still running starts is ended by the worker

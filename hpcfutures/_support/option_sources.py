@@ -67,19 +67,6 @@ def parameters(names: Sequence[str]) -> Callable[[str], list[str]]:
     return render
 
 
-def _markdown(text: str) -> str:
-    return text.replace("``", "`")
-
-
-def readme_table(indent: str) -> list[str]:
-    lines = ["| option | variable | default | meaning |", "|---|---|---|---|"]
-    for option in OPTIONS:
-        variable = f"`{option.env_name}`" if option.textual else "keyword only"
-        lines.append(f"| `{option.name}` | {variable} | "
-                     f"{_markdown(option.shown_default)} | {_markdown(option.full_doc)} |")
-    return [indent + line for line in lines]
-
-
 def docstring_entry(option: Option, indent: str) -> list[str]:
     """The Google-style "Args" entry of ``option``, wrapped outside ``literals``."""
     if option.textual:
@@ -111,7 +98,6 @@ TARGETS = (
            {"Executor": NAMES}),
     Target("hpcfutures/_facade/outside/connect.py", {"connect": parameters(CONNECT_KEYWORDS)},
            {"connect": CONNECT_KEYWORDS}),
-    Target("README.md", {"options": readme_table}),
 )
 
 

@@ -96,8 +96,8 @@ class Completions:
         lets gathers that arrive while one waits for its turn join that one, and
         a gather cancelled before its turn came leaves the client's shared slot
         holding a cancelled task, which every later gather then joins and fails
-        with (distributed 2025.9 to 2026.8 at least: the crash test hung in CI,
-        with every result after a worker's death never delivered).
+        with (distributed 2025.9 to 2026.8 at least): every result after a
+        worker's death would never be delivered.
         """
         for batch, abandon, _ in list(self._fetching.values()):
             if not abandon.done() and any(d.status != "finished" for d, _ in batch):

@@ -5,7 +5,7 @@ Runs on the client's loop thread only: the Dask client is not thread-safe
 Tasks queued together go as one graph per runner (one ``update-graph``
 message, not one per task), however many: a large launch's first round sent
 as graphs of 200 got its first result sooner but made a first map on 2,000
-workers 1.6 times slower (``docs/scaling.rst``, "The first round").  If
+workers 1.6 times slower (``benchmarks/scale-history.rst``, "The first round").  If
 something in a batch cannot be pickled, each task is sent alone, so that
 only the culprit fails.
 
