@@ -104,7 +104,7 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
     in_the_copy = functools.partial(_die_with_parent, _given_back(open_files))
     # This process ends with the launch and runs none of the user's code: at exit,
     # spare its interpreter's last collections the 60,000 objects Dask's import left
-    # (0.1 s of every launch's end).  Never in the client: see benchmarks/README.md.
+    # (about 0.1 s of every launch's end).  Never in the client: see benchmarks/README.md.
     atexit.register(gc.freeze)
     launch_id = secrets.token_hex(6)
     # Before any copy starts: this may read Dask's configuration, which takes
@@ -203,7 +203,7 @@ class _Exits:
     copy's pidfd turns readable when it ends, and only that copy is reaped.
     (Waiting with ``os.waitpid(-1)`` would also reap children that are not ours
     when :func:`run` is called in-process; ``Popen.poll`` over every copy on each
-    exit made a launch O(N²).)  Where there are no pidfds (macOS, Linux < 5.3, or
+    exit would make a launch O(N²).)  Where there are no pidfds (macOS, Linux < 5.3, or
     no descriptor left), a copy gets a thread that waits for it alone.
     """
 

@@ -39,7 +39,7 @@ EXIT_FAILED = 1
 #: Seconds a worker may take to close before its rank leaves regardless.
 CLOSE_TIMEOUT = 5.0
 #: The same once the client's verdict has arrived (the launch is over; on an idle
-#: machine a whole mpiexec launch returns 0.4-0.9 s after its client is done).
+#: machine a whole mpiexec launch returns within a second of its client's end).
 VERDICT_CLOSE_TIMEOUT = 1.0
 #: Seconds Dask's batched streams gather messages before sending.  Dask's
 #: defaults (10 ms client->scheduler, 5 ms scheduler->worker) add ~10 ms to

@@ -85,8 +85,8 @@ async def knock(address: str, timeout: float, security: Security | None = None) 
 
     One connection attempt first: a port where nobody listens refuses it at
     once, where Dask's ``connect`` would retry it until ``timeout`` (a rank
-    that starts just after the end of a launch spent that long finding out
-    that the scheduler is gone).  Any other failure is retried, as Dask does.
+    that starts just after the end of a launch would spend that long finding
+    out that the scheduler is gone).  Any other failure is retried, as Dask does.
     """
     args = security.get_connection_args("client") if security is not None else {}
     loop = asyncio.get_running_loop()
@@ -301,9 +301,9 @@ async def finish_client(client: Client, status: int, timeout: float = 5.0, *,
     The goodbye travels on the client's own stream to the scheduler, just ahead
     of Dask's "close-client", which the scheduler handles after it: nothing is
     connected and nothing is awaited but the close itself.  (A goodbye sent as
-    an RPC opened a connection: to a scheduler that had died, it retried for
-    the whole ask timeout, 30 s in a test; to one closing after a Ctrl-C, it
-    waited out its deadline.)  With the scheduler gone, there is nobody to
+    an RPC would open a connection: to a scheduler that has died, it would retry
+    for the whole ask timeout; to one closing after a Ctrl-C, it would wait out
+    its deadline.)  With the scheduler gone, there is nobody to
     tell: Dask's complaints about the lost connection stay out of the output.
 
     ``fast``: the scheduler is closing too (the whole launch was signalled), so
@@ -311,8 +311,8 @@ async def finish_client(client: Client, status: int, timeout: float = 5.0, *,
     the scheduler to confirm that the stream closed.
     """
     # distributed.utils_comm: gathers still in flight when the client closes fail with
-    # "ConnectionPool is closed", a traceback each (15 after a map of 1,000 calls on 148
-    # workers): nobody waits for those results any more.
+    # "ConnectionPool is closed", a traceback each (many after a large map):
+    # nobody waits for those results any more.
     with dask_silenced("distributed.client", "distributed.comm", "distributed.core",
                    "distributed.utils_comm"):
         if client.status == "running":

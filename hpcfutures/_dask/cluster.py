@@ -105,11 +105,11 @@ async def cluster_size(client: Client, subscribe: bool = False) -> tuple[int, in
 class WorkerChanges:
     """On the scheduler: every join and departure, numbered, for the client's roster.
 
-    The client names a worker that left ("rank 37 (worker) on node12"); it used
-    to learn who was there by asking for every worker's description (Dask's
-    ``identity``: 664 bytes a worker, 6.6 MB at 10,000) twice a second
-    whenever the count changed, all through a launch's start.  It now asks
-    for what changed since its last question: O(changes), whatever the size.
+    The client names a worker that left ("rank 37 (worker) on node12").  Asking
+    for every worker's description (Dask's ``identity``: about 660 bytes a
+    worker, 6.6 MB at 10,000) twice a second whenever the count changes would
+    cost O(workers) a question, all through a launch's start.  So it asks for
+    what changed since its last question: O(changes), whatever the size.
     """
 
     def __init__(self) -> None:

@@ -49,10 +49,10 @@ class ClusterSize:
     """How many workers and threads the launch has now, told to the clients.
 
     The client sizes its maps from this (see ``follow_cluster``).  Counting
-    ``scheduler.workers`` on every join and leave made a 10,000-rank ramp
-    O(W²) (3 s of the scheduler's loop over the joins, 5 s over the leaves):
-    here the totals are running sums kept on each join and leave, with each
-    worker's threads remembered from its join (a leaving worker is counted out
+    ``scheduler.workers`` on every join and leave would make a ramp of W ranks
+    O(W²) on the scheduler's loop (seconds of it at 10,000 ranks): here the
+    totals are running sums kept on each join and leave, with each worker's
+    threads remembered from its join (a leaving worker is counted out
     at once, whether or not Dask still lists it).  A burst of joins or leaves
     within one turn of the event loop (a herd registering, a node lost) is
     announced once, at the end of that turn, with the totals then: the
@@ -221,7 +221,7 @@ class Coordinator(SchedulerPlugin):
         self._tell_of_slow_scratch(scheduler, worker)
 
     def _tell_of_slow_scratch(self, scheduler: Scheduler, worker: str) -> None:
-        """A worker whose scratch directory took over a second to create (Dask warned of it
+        """A worker whose scratch directory took over a second to create (Dask warns of it
         in every such worker: dozens of lines when 150 start on one node): one line, and
         a summary line for a wave of them."""
         state = scheduler.workers.get(worker)

@@ -57,7 +57,7 @@ NAMED_DEATHS = 5
 LOST = "lost"
 #: Seconds after a worker left without a certificate during which certificates still
 #: belong to its wave, however far apart they come: a scheduler busy with a map takes
-#: a large wave's reports in bursts (over 23 s at 2,000 workers, three waves' lines).
+#: a large wave's reports in bursts, which can spread over tens of seconds.
 CERTIFICATES_EXPECTED_FOR = 30.0
 
 
@@ -81,9 +81,9 @@ async def report_death(address: str, certificate: dict[str, Any], timeout: float
     again, a second or so later, until ``keep_trying`` s have passed: a
     scheduler busy with a map and a wave of deaths (hundreds of watchers
     reporting at once) may answer none of them in time, and a report given up
-    after one try left every dead worker of the wave uncertified (none of 200
-    at 2,000 workers, once), so the client waited out its whole window for
-    each.  A scheduler that cannot be reached at all (its node's network is
+    after one try could leave every dead worker of the wave uncertified, so
+    that the client waits out its whole window for each.  A scheduler that
+    cannot be reached at all (its node's network is
     down) gets one try, as a watcher must not outlive its launch by much.
     """
     security = make_security(credentials)
@@ -92,8 +92,8 @@ async def report_death(address: str, certificate: dict[str, Any], timeout: float
     while True:
         # A look at the port first: a scheduler that has gone (the launch ended
         # meanwhile) refuses at once, where connect() would retry for the whole
-        # timeout.  TCP only: a TLS knock cost the scheduler a second handshake per
-        # report, and a wave of hundreds of reports queued behind them.
+        # timeout.  TCP only: a TLS knock would cost the scheduler a second handshake
+        # per report, and a wave of hundreds of reports would queue behind them.
         knock = await listening(address, timeout)
         if knock is Knock.REFUSED:
             return False
@@ -154,9 +154,10 @@ class Deaths:
     Built for many deaths at once (a node or a switch lost, the OOM killer
     on a partition): every client request waits on a future of the worker it
     asks about, so a certificate wakes only the requests that wait for it
-    (O(deaths) wake-ups in all, where one shared event woke every request at
-    every certificate: the scheduler's loop was busy for the whole wait at
-    1,000 deaths); the causes of death are counted as they come, so that the
+    (O(deaths) wake-ups in all, where one shared event would wake every
+    request at every certificate, O(deaths²), enough to keep the scheduler's
+    loop busy for the whole wait at 1,000 deaths); the causes of death are
+    counted as they come, so that the
     "none is left" message costs the same at 10 deaths as at 10,000, and names
     only the first few; and a wave of deaths is logged as one summary line.
     """
@@ -317,7 +318,7 @@ class _LateHeartbeats(logging.Filter):
     A worker's heartbeat travels on its own connection: one sent just before
     the worker died can be read after its departure was.  Dask then warns of
     an "unregistered worker"; when hundreds die at once, a dozen such lines
-    buried the one summary line of the wave.  From a worker never seen, the
+    would bury the one summary line of the wave.  From a worker never seen, the
     warning stays.  The filter sits on Dask's process-wide logger and holds
     its register weakly: a process may run one scheduler after another (tests,
     serving), and one's departed workers must neither outlive it nor silence

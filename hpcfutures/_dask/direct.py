@@ -2,7 +2,7 @@
 
 Through the scheduler a call's round trip is four messages between processes
 (client, scheduler, worker, scheduler, client) and the scheduler's work on
-each: about 3 ms here, against about 2 ms for Parsl's executor, whose
+each: about 3 ms in the laptop default, against about 2 ms for Parsl's executor, whose
 interchange relays in C.  When the executor has nothing else in flight there
 is nothing for the scheduler to decide, so the client asks a worker to run
 the call (one request on a connection it keeps) and the answer carries the

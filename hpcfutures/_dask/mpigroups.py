@@ -70,9 +70,9 @@ class RankGroups:
     (:meth:`worker_gone`) and keeps its own list of the MPI ranks present, so
     that an event costs O(1) while no call waits or while the first in line
     cannot fit even if every rank nobody holds were free; only then does it
-    rank the free workers (O(W log W): 13 ms at 10,000 workers), once per
-    event however many calls it grants.  Scanning all workers for every
-    waiting call on every join would have cost a minute of the scheduler's
+    rank the free workers (O(W log W): milliseconds at 10,000 workers), once
+    per event however many calls it grants.  Scanning all workers for every
+    waiting call on every join would cost about a minute of the scheduler's
     loop over a 10,000-rank ramp with one call waiting.
     """
 
@@ -110,7 +110,7 @@ class RankGroups:
         """Dask files a worker as idle again whenever it looks at it (a heartbeat, a
         task of its ending): a held worker must stay out of the idle sets until its
         call's members have run, or an ordinary task lands there first and a member
-        waits behind it (seen: a 2-rank call starting 1 s late, after a plain task)."""
+        waits behind it (the call starts only once that task has ended)."""
         recheck = getattr(scheduler, "check_idle_saturated", None)
         # None: a unit test's stand-in scheduler (tests/test_dask_seams.py pins Dask's own).
         if recheck is None:

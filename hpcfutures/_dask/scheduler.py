@@ -56,9 +56,16 @@ async def _offload_unless_small(func: Callable[..., Any], /, *args: Any, **kwarg
     return await _dask_offload(func, *args, **kwargs)
 
 
-# The name update_graph calls (for every Scheduler in this process; only a
-# graph that _Scheduler marks small skips the thread).
-distributed.scheduler.offload = _offload_unless_small
+def _install_small_graph_offload() -> None:
+    """Make ``update_graph``'s ``offload`` skip the thread for a small graph.
+
+    Done when hpcfutures starts its scheduler, never at import: the name is the
+    module's, so it is replaced for the process, but it changes nothing for any
+    other scheduler (only a graph that ``_Scheduler`` marks small skips the
+    thread).  Idempotent.
+    """
+    if distributed.scheduler.offload is not _offload_unless_small:
+        distributed.scheduler.offload = _offload_unless_small
 
 
 class _Scheduler(Scheduler):
@@ -76,11 +83,11 @@ class _Scheduler(Scheduler):
     every worker it removes, Dask tells every other worker ("remove-worker"),
     each telling a write of its own: D deaths among N workers are D x N
     messages, and each send to a worker of the wave not yet removed (its
-    connection closed) schedules that worker's removal once more.  At 2,000
-    workers with 200 killed, the 360,000 notices kept the scheduler busy for
-    seconds and the workers (hosted 180 to a process by the harness) for half a
-    minute before the calls sent again could start (``benchmarks/scale.py``).
-    A worker acts on the notice only for the data it was going to fetch from
+    connection closed) schedules that worker's removal once more.  200 deaths
+    among 2,000 workers are some 400,000 notices, which keep the scheduler busy
+    for seconds, and the workers for longer, before the calls sent again can
+    start (``benchmarks/scale.py`` kills a tenth of its workers).  A worker
+    acts on the notice only for the data it was going to fetch from
     the removed worker: the dependencies of the tasks it was given.  So the
     notice goes to the workers processing a dependent of what the removed
     worker held (none, for a map's independent calls), held for
@@ -92,9 +99,9 @@ class _Scheduler(Scheduler):
     are.  Dask calls a task "root-ish" when its group (a map's tasks share one)
     is larger than twice the cluster's threads; with its queue off, as here
     (see :meth:`SchedulerService.start`), it places such a task by comparing
-    every worker's objective, once per few tasks.  At 2,000 workers the calls
-    sent again after 200 workers died blocked the scheduler's loop for 10-13 s
-    (``py-spy``: ``decide_worker_rootish_queuing_disabled``).  Dask's own path
+    every worker's objective, once per few tasks (Dask's
+    ``decide_worker_rootish_queuing_disabled``): O(workers) a task, on the
+    scheduler's loop, for a wave's calls sent again too.  Dask's own path
     for a dependency-free task that is not root-ish (an idle worker in turn, or
     any worker in turn when none is idle) is what such a task needs: it has no
     data to be near, and the client's batching already bounds what each worker
@@ -104,9 +111,8 @@ class _Scheduler(Scheduler):
     graph it receives to a thread of its own twice (to build its tasks and to
     order them), and waits for each answer on the loop: right for a graph of
     thousands of tasks, which would hold the loop up, but for one call the two
-    hops cost more than the work.  A loop of ``submit(f, x).result()`` went
-    from 3.9 to 3.55 ms a call under ``hpcfutures run -n 4`` (the round-trip
-    row of ``benchmarks/run.py``).
+    hops cost more than the work, and they lengthen every lone call's round
+    trip (the round-trip row of ``benchmarks/run.py``).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -214,6 +220,7 @@ class SchedulerService:
 
     async def start(self) -> SchedulerService:
         """Start the scheduler on the running event loop (Dask binds it to that loop)."""
+        _install_small_graph_offload()
         with warnings.catch_warnings():
             # A taken dashboard port is replaced by a free one; the client's
             # dashboard line gives the port in use, so Dask's warning is noise.

@@ -2,10 +2,10 @@
 
 Dask's scheduler files every graph that arrives after its previous work ended
 under a new "default" span, and keeps every span for ever (for its dashboard's
-history), with the task groups it saw: an endless map sends ~35 graphs a
-second, each after a pause, and the scheduler grew by ~15 MB a minute
-(``benchmarks/memory.py``, endless part; on the laptop that is the client's
-process).
+history), with the task groups it saw: an endless map sends dozens of graphs
+a second, each after a pause, and the scheduler's memory would grow by megabytes
+a minute, without end (``benchmarks/memory.py``, endless part, watches it; on
+the laptop that is the client's process).
 
 A default span is forgotten once Dask has forgotten every task group it
 holds (removed from ``Scheduler.task_groups`` when their last task was

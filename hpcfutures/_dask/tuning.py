@@ -40,8 +40,8 @@ SETTINGS: dict[str, Any] = {
     # the dashboard's profile page, which hpcfutures does not serve unless
     # asked (with dashboard=True, DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True
     # fills that page: see apply()).
-    # An idle worker's timers cost ~2.4 % of a core on a busy node, mostly
-    # this: a core per 40 worker ranks, taken from the user's calls, and on
+    # An idle worker's timers cost a few percent of a core on a busy node, mostly
+    # this: a core per few dozen worker ranks, taken from the user's calls, and on
     # an oversubscribed node from the one scheduler that every rank needs
     # (benchmarks/scale_real.py, benchmarks/scale.py).
     "distributed.worker.profile.enabled": False,

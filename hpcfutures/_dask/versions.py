@@ -3,10 +3,9 @@
 Each join makes Dask's scheduler compare the new worker's package versions with
 those of every worker already there (``Scheduler.add_worker`` calls
 ``distributed.versions.error_message`` with all of them): O(workers) per join,
-O(workers²) for a launch.  At 1,000 worker ranks that was 8 % of the
-scheduler's CPU over a whole run, more than any other single step of a join
-but the TLS handshake (py-spy, ``benchmarks/scale.py``), and it grows with
-every rank added.
+O(workers²) over a launch's start.  On a large launch that is, after the TLS
+handshake, the costliest single step of a join on the scheduler, and it grows
+with every rank added (``benchmarks/scale.py`` measures joins).
 
 The check's answer depends only on the distinct sets of versions, and a
 launch's ranks nearly always run one installation.  So the scheduler's check

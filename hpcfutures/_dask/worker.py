@@ -36,8 +36,8 @@ __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
 logger = logging.getLogger("hpcfutures")
 
 
-#: Bytes a worker's memory grows by as it joins (connections, threads): about 3 MiB
-#: measured; four times that, so that a worker checked just below Dask's pause
+#: Bytes a worker's memory grows by as it joins (connections, threads): about 3 MiB;
+#: four times that, so that a worker checked just below Dask's pause
 #: threshold does not cross it once connected.
 JOINING_GROWTH = 16 * 2**20
 #: Seconds a worker that could not start, or its watcher once it died, spends telling
@@ -74,7 +74,7 @@ def _slow_scratch_said_once() -> Iterator[list[float]]:
     """Catch Dask's warning that the scratch directory was slow to create; yield its seconds.
 
     150 workers starting at once on one node queue on the directory's lock files,
-    and dozens of ranks then printed the same long warning (which blames a
+    and dozens of ranks would then print the same long warning (which blames a
     network file system).  The worker tells the scheduler instead, which logs
     one line for them all.  Any other warning is shown as it would have been.
     """
@@ -248,9 +248,9 @@ class WorkerService:
 
         When the scheduler's connection breaks before its close message
         arrives, Dask closes the worker itself, and that close can sit on
-        retries to the vanished scheduler for its own 30 s timeout (seen under
-        mpiexec on a loaded machine, where MPI_Finalize then waits for this
-        rank).  The rank must not wait on it longer than on any other close.
+        retries to the vanished scheduler for its own 30 s timeout (under
+        mpiexec, MPI_Finalize then waits for this rank).  The rank must not wait
+        on it longer than on any other close.
         """
         closing_since = None
         loop = asyncio.get_running_loop()

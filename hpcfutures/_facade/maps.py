@@ -207,7 +207,7 @@ def _argument_tuples(iterables: tuple[Iterable[Any], ...]) -> list[tuple[Any, ..
     long ``range``) no bytecode of this frame runs, so a signal's handler
     (SIGTERM's SystemExit, Ctrl-C's KeyboardInterrupt) could run only inside
     Python code the garbage collector calls meanwhile, where its exception is
-    dropped: the map went on, and the signal was lost.  In this loop it lands
+    dropped: the map would go on, and the signal be lost.  In this loop it lands
     here and ends the map.
     """
     items: list[tuple[Any, ...]] = []

@@ -83,8 +83,8 @@ async def find_scheduler(_dask: ModuleType, exchange: AddressExchange, timeout: 
         if spread_over:
             # Once the address is known, the spread and the queue at the scheduler are
             # the launch's size, not its lateness: neither counts against ``timeout`` (at
-            # 2,000 ranks they took 10 s each, and ranks whose probes then met a busy
-            # scheduler ran out of time at a live one).
+            # thousands of ranks each takes seconds, and a rank whose probe then met a
+            # busy scheduler would run out of time at a live one).
             pause = random.uniform(0.0, spread_over)
             await asyncio.sleep(pause)
             deadline += pause + spread_over

@@ -130,8 +130,8 @@ async def join_and_serve(_dask: ModuleType, settings: Settings, plan: Plan, info
     if status is None and not stop.is_set() and await _launch_ended(
             plan.peers_exchange, info, answers, patience.farewell):
         # The scheduler closed as the launch ended, before this worker heard the
-        # verdict: a worker that joined as the client finished (seen at 150 ranks
-        # on 2 cores, 2 launches in 3) is done, not failed.
+        # verdict: a worker that joined as the client finished (common when many
+        # ranks share few cores) is done, not failed.
         logger.info("rank %d (worker): the launch ended as this worker joined", identity.rank)
         return 0
     if status is None and not stop.is_set():

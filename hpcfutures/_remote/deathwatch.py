@@ -22,7 +22,7 @@ itself:
 
 Why a watcher process and not a parent that forks the worker: the worker must
 stay the launcher's process (an MPI rank has to be the process that called
-``MPI_Init``, and a later release wants worker ranks to run MPI code), and
+``MPI_Init``, and worker ranks run MPI code: ``hpcfutures.mpi_task``), and
 ``srun`` and ``mpiexec`` tell nobody but themselves how a rank ended.
 
 Data flow::
@@ -227,7 +227,7 @@ def start_watcher(report: dict[str, Any], keep_fds: tuple[int, ...] = ()) -> boo
     the launch's ``credentials``, this worker's Dask ``worker`` address and
     ``who`` it is.  ``keep_fds`` are passed on to the watcher (see
     :mod:`.watcher` for the MPI case).  Best effort: a worker whose watcher
-    cannot start works as before, and a crash is then reported as a lost worker.
+    cannot start works without one, and a crash is then reported as a lost worker.
     """
     global _slot, _pipe
     if _pipe is not None:

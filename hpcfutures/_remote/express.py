@@ -2,14 +2,14 @@
 
 Dask keeps a finished task's result on its worker: the client hears from the
 scheduler that the task ended, then asks the worker for the value, one more
-request and answer (1.2 ms of a 3.9 ms round trip on the laptop, 2.3 of 5.7
-under ``hpcfutures run``: benchmarks/README.md, "Round-trip latency").  A
+request and answer (about a third of a lone call's round trip:
+benchmarks/README.md, "Round-trip latency").  A
 result that pickles into at most :data:`EXPRESS_BYTES` is sent by the worker
 on its stream to the scheduler just before the task's end, and the scheduler
 passes it on to the client that waits for it on the stream that then tells the
 end (``_dask/express.py``): the value is there when the client learns that the
 task is done.  A larger one (or one with out-of-band buffers: an array's data)
-is fetched as before, straight from the worker, so the scheduler never carries
+is fetched the usual way, straight from the worker, so the scheduler never carries
 bulk data.
 
 Sending is the worker's business (set by ``_dask/worker.py``, the code that

@@ -6,7 +6,7 @@ uses) when it is ``__main__`` or registered with
 ``cloudpickle.register_pickle_by_value``.  A function from a module only the
 client has (a file next to a notebook on a laptop, a project folder the
 cluster does not have, a folder put on ``sys.path`` by the client alone)
-failed every call on the workers with ``ModuleNotFoundError``.
+would fail every call on the workers with ``ModuleNotFoundError``.
 
 The rule (docs/serving.rst, "Your own modules"): a top-level module is *the
 user's own* when its file is Python source outside the interpreter's
@@ -18,7 +18,7 @@ processes import from there) travels by value, with its submodules.  Every
 such module in ``sys.modules`` does, not only the function's, so that a
 function that uses another one (``import helpers`` at the top of the module,
 a notebook's function that calls a helper) finds it on the worker.
-Everything else travels by reference, as before: installed packages, and
+Everything else travels by reference, as cloudpickle sends it: installed packages, and
 inside a job the modules next to the script (every rank has that folder).
 
 Cost: each top-level module is classified once, when first seen (a batch

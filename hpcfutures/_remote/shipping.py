@@ -3,10 +3,10 @@
 Dask pickles each task on its own on the way from the scheduler to a worker,
 and the scheduler unpickles the client's graph first.  A function defined in
 the user's script (``__main__``, which cloudpickle pickles by value, code and
-all) was therefore unpickled on the scheduler once per batch, pickled there
-again for every task (0.6-0.8 ms each: at 2,000 workers a tenth of the
-scheduler's time after a wave of deaths went to it, py-spy on
-``benchmarks/scale.py``), and unpickled again by the worker for every task.
+all) sent as it is would be unpickled on the scheduler once per batch,
+pickled there again for every task (a fraction of a millisecond each, on the
+scheduler's loop: a real share of its time when a wave of deaths sends
+thousands of tasks again), and unpickled again by the worker for every task.
 
 :class:`ShippedFunction` carries the function's cloudpickled bytes instead.
 The scheduler only ever sees bytes (pickling them is a copy), and a worker
@@ -14,7 +14,7 @@ loads each distinct function once, then keeps it for the next task: as a
 ``ProcessPoolExecutor`` worker keeps a function's module, and its globals,
 between calls.  The bytes are made once per batch the client sends, so a
 batch sees the function (and what it captures by value) as it was when the
-batch was sent, as before.
+batch was sent.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .namespaces import shared
 __all__ = ["ShippedFunction", "ship", "unship"]
 
 #: Functions a worker keeps loaded, and the most bytes of them (a closure can hold
-#: a large array: such a one is loaded for each task instead, as before).
+#: a large array: such a one is loaded for each task instead).
 KEPT = 64
 KEPT_BYTES = 256 * 2**20
 LARGEST_KEPT = 64 * 2**20

@@ -67,10 +67,10 @@ def _annotate(exc: BaseException) -> BaseException:
 def _portable(exc: BaseException) -> BaseException:
     """``exc``, made to unpickle even where its class cannot be imported.
 
-    Its class may live in a module only the workers have.  The client then
-    failed to unpickle it: the future got a bare ``ModuleNotFoundError`` (the
-    type, the message and the traceback lost), and Dask logged three
-    CRITICAL tracebacks.  Pickled now, the exception travels as those bytes
+    Its class may live in a module only the workers have.  Sent as it is, the
+    client would fail to unpickle it: the future would get a bare
+    ``ModuleNotFoundError`` (the type, the message and the traceback lost), and
+    Dask would log CRITICAL tracebacks.  Pickled now, the exception travels as those bytes
     beside its name, text and traceback; the client rebuilds it from the bytes,
     or else makes a :class:`~hpcfutures.RemoteExceptionError` from the rest.
     (An instance's own ``__reduce_ex__`` is what pickle asks first, before

@@ -76,9 +76,9 @@ def share_of(environ: Mapping[str, str], index: int | None, workers: int | None)
 
     As many GPUs as workers or more: each worker owns a contiguous share
     (one rank on a node of 4 GPUs owns all 4).  Fewer: the first workers own
-    one each and the others are only pinned round-robin, as before resources
-    existed (their plain calls still see a GPU, but no call that asks for one
-    goes there).  A task Slurm bound to GPUs of its own (``--gpus-per-task``:
+    one each and the others are only pinned round-robin (their plain calls
+    still see a GPU, but no call that asks for one goes there).  A task Slurm
+    bound to GPUs of its own (``--gpus-per-task``:
     ``SLURMD_TRES_BIND=gpu:per_task:N``) owns what it sees.  ``index``/``workers``
     unknown: the process owns all it sees.
     """

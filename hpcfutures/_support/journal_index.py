@@ -1,8 +1,8 @@
 """Where each recorded call lies in a journal's segments, found by key in little memory.
 
-A journal of 10⁷ results indexed as ``dict[key bytes, tuple]`` took 2.4 GiB
-and 16 s to build before a rerun's first lookup.  Nothing here holds an
-object per call until it has to:
+A journal of 10⁷ results indexed as ``dict[key bytes, tuple]`` would take
+gigabytes, and many seconds to build before a rerun's first lookup.  Nothing
+here holds an object per call until it has to:
 
 1. **Records.**  Opening the journal reads each segment record by record
    (header and CRC, in C), keeping each record's offset in an ``array``

@@ -8,10 +8,10 @@
                                               fsync every SYNC_INTERVAL s, and at close
 
 Results arrive on the client's event loop; pickling them, writing and
-fsyncing used to run there too, so a disk's latency or a large result held
-up every other completion.  Here the loop only queues: whatever is queued
-while the thread writes goes out in its next single write (the batching the
-loop's iteration gave before).  A map's chunk carries a *gate*, opened once
+fsyncing there would let a disk's latency or a large result hold up every
+other completion.  Here the loop only queues: whatever is queued while the
+thread writes goes out in its next single write (as the results of one turn
+of the loop would).  A map's chunk carries a *gate*, opened once
 its results are pickled: the map's caller is handed a result only after that,
 so a result changed in place by the caller is recorded as the function
 returned it.

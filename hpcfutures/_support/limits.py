@@ -76,8 +76,8 @@ def client_connections(ranks: int) -> int:
 
     The client fetches each result from the worker that holds it.  With Dask's 512 and
     more workers than that, the pool closes one connection to open the next, so every
-    batch of results opened TLS connections anew: at 1,000 workers a quarter of the
-    client's CPU went to handshakes (py-spy, ``benchmarks/scale.py``).
+    batch of results would open TLS connections anew, and handshakes (about 2 ms of
+    CPU each) would take a large share of the client's CPU (``benchmarks/scale.py``).
     """
     soft = UNLIMITED_TRY
     if resource is not None:

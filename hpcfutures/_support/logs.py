@@ -55,7 +55,7 @@ _DUPLICATES = {
         r".*exception=AllExit\(\)>", re.S),
     # The peer hung up before its handshake was done: a knock (a bare TCP connect,
     # then close) or a join that had given up waiting for a scheduler busy with
-    # thousands of others (100 such lines at 2,000 ranks); the peer tries again.
+    # thousands of others (many such lines in a large launch); the peer tries again.
     "distributed.comm.tcp": re.compile(
         r"Listener on .*: TLS handshake failed with remote .*"
         r"(UNEXPECTED_EOF_WHILE_READING|EOF occurred in violation of protocol"

@@ -198,7 +198,7 @@ def _forget_in_forked_children() -> None:
     would otherwise take the signal through the routing it inherited, before
     it could undo it.  The parent rank would then stop as if signalled, and
     the child, its handler a no-op, would outlive it, holding the launcher's
-    output pipe (``mpiexec`` never returned).
+    output pipe (``mpiexec`` would never return).
     """
     os.register_at_fork(before=_hold_routed_signals, after_in_parent=_release_routed_signals,
                         after_in_child=_forget_the_loops_signals)

@@ -10,9 +10,9 @@ live scheduler file for a stale one, or leave a launch that has only begun.
 
 So no module keeps its own constant for such a wait.  Each asks
 :class:`Patience`, built from the launch's size and its ``timeout``: the
-small-launch value stays what it always was (measured and tuned by the
-suite), and on top of it comes the time the scheduler needs to hear every
-rank once (:attr:`Patience.herd`), never more than ``timeout`` allows.
+value for a small launch is a fixed base, and on top of it comes the time the
+scheduler needs to hear every rank once (:attr:`Patience.herd`), never more
+than ``timeout`` allows.
 Polls of shared things (the scheduler file on a shared filesystem, the
 scheduler's port) back off with jitter, so that ranks started together by a
 launcher do not stay in step.
@@ -36,7 +36,7 @@ def in_seconds(seconds: float) -> str:
 
     A lookup is given what is left of the launch's deadline, which is a few
     microseconds (or, on a loaded node, milliseconds) short of the ``timeout``
-    the user set: printed in full, a timeout of 2 became "1.99999 s".
+    the user set: printed in full, a timeout of 2 would read "1.99999 s".
     """
     return f"{round(seconds, 1):g} s"
 
@@ -73,9 +73,10 @@ class Patience:
         """Seconds more for a scheduler whose port accepts connections but that has
         not answered a probe: alive, and busy with the launch's other ranks.
 
-        Once, never more: at 2,000 ranks on a 2-core node the scheduler took
-        35-65 s to hear every rank, and a rank whose ``timeout`` of 60 s ran out
-        at a live scheduler left the launch one worker short.  A scheduler that
+        Once, never more: a scheduler may need longer than the launch's
+        ``timeout`` to hear thousands of ranks on a small node, and a rank whose
+        ``timeout`` runs out at a live scheduler would leave the launch one worker
+        short.  A scheduler that
         is alive but never answers still ends in an error, at twice the deadline.
         """
         return self.timeout

@@ -129,8 +129,9 @@ def children_start_deaf_to_ctrl_c() -> Iterator[None]:
     A helper process (a worker's watcher, a laptop worker) leaves Ctrl-C to its
     parent and ignores it, but only once its own code runs: a Ctrl-C that reaches
     the process group while its interpreter is still starting would kill it
-    with "Fatal Python error: init_import_site" and a traceback (seen under
-    srun).  The signal mask survives fork and exec, so the child starts with
+    with "Fatal Python error: init_import_site" and a traceback (``srun`` sends
+    Ctrl-C to every task at once).  The signal mask survives fork and exec, so
+    the child starts with
     SIGINT blocked; :func:`ignore_ctrl_c` then drops a Ctrl-C that came meanwhile.
     """
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

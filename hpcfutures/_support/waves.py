@@ -41,7 +41,7 @@ class WaveLog:
     A rack that loses power takes hundreds of workers with it; a line per
     worker on the scheduler's console buries the one line that says what
     happened (the client reports the consequences).  The first event logs
-    its line at WARNING at once, as an isolated one always did; the events
+    its line at WARNING at once, as an isolated one does; the events
     that follow it within ``WAVE_WINDOW`` s of each other are counted by
     cause and logged together as one WARNING line once the wave is over (or
     every ``WAVE_REPORT_EVERY`` s while it goes on): "N more workers died

@@ -48,8 +48,8 @@ BUILTIN = {
     "local": "hpcfutures.launchers.local:LocalLauncher",
 }
 
-#: Names that launchers had before 0.2, still accepted.  ("local" used to
-#: name ``hpcfutures run``'s plug-in; the laptop default's plug-in refuses to
+#: Names that launchers had before 0.2, still accepted.  (Before 0.2 "local"
+#: named ``hpcfutures run``'s plug-in; the laptop default's plug-in refuses to
 #: run under ``hpcfutures run``, so that old spelling fails loudly.)
 FORMER_NAMES = {"embedded": "local"}
 

@@ -39,8 +39,8 @@ __all__ = [
     "parse_slurm_end",
 ]
 
-#: The log level of a question that failed: without an answer nothing drains, as
-#: before, and a stale job id in the environment is no reason to warn.
+#: The log level of a question that failed: without an answer nothing drains (as
+#: without a time limit), and a stale job id in the environment is no reason to warn.
 QUIET = logging.DEBUG
 #: Runs a batch system's command: ``run(command, purpose, env=...)`` -> CompletedProcess | None.
 Runner = Callable[..., Any]

@@ -9,7 +9,7 @@ Each tells who it is when asked::
 
 Every ``qsub`` on ``PATH`` is asked (once per process), in ``PATH`` order.  Only
 ``--version`` is put to a ``qsub``: PBS's reads ``-help`` as ``-h -e lp`` and submits
-a held job from its standard input (seen on OpenPBS 23.06); ``qstat`` submits nothing.
+a held job from its standard input (OpenPBS 23.06 does); ``qstat`` submits nothing.
 """
 
 from __future__ import annotations

@@ -272,7 +272,7 @@ def _with_variable(arguments: list[str], assignment: str) -> list[str]:
 
 def _read_counts(path: Path) -> dict[str, int]:
     """The job's requeues and runs in a row without progress, as its counter file has them
-    (an earlier version wrote the requeues alone)."""
+    (a file an earlier version wrote holds the requeues alone)."""
     counts = {"requeues": 0, "stalled": 0}
     try:
         text = path.read_text().strip()

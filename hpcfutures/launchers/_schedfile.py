@@ -127,12 +127,12 @@ class SchedulerFileExchange(AddressExchange):
         # A look again (after a refused probe, ``stale``, or a silent one, which
         # wants the same file again) goes on at the pace the rank had reached:
         # restarted from quick looks, every rank whose probe of a busy scheduler
-        # failed read the file 25 times in 2 s.  One exchange serves one rank's
+        # failed would read the file many times a second.  One exchange serves one rank's
         # part in one launch, so every look after its first is a look again.
         first_look = self._first_look
         if self._last_read is not None:
             # ... and the first look again waits for its turn too (right after
-            # the probe, it came 0.5 s after the read that found the file).
+            # the probe, it would come a moment after the read that found the file).
             since = started - self._last_read
             pause = shared_file_poll(started - first_look) - since
             if pause > 0:

@@ -18,8 +18,8 @@ an ``srun`` step does not:
   one that failed before publishing, would otherwise keep every other element
   waiting for ``array_timeout`` (an hour by default).
 
-A job id can come back after the cluster's state is wiped (every fresh CI
-machine starts at 1).  A tombstone written before this array was submitted
+A job id can come back after the cluster's state is wiped (a fresh cluster
+counts from 1 again).  A tombstone written before this array was submitted
 belongs to that earlier array and is ignored; ``scontrol`` is asked for the
 submit time only when a tombstone is found.
 """

@@ -246,7 +246,7 @@ class MPILauncher(Launcher):
         if exit_status in STOPPED_BY_SIGNAL:
             # Ctrl-C or SIGTERM reached the whole job (mpiexec forwards it to every
             # rank) and MPI's runtime is taking it down: a barrier then never
-            # completes (seen under MPICH: every rank waited out its deadline).
+            # completes (under MPICH every rank would wait out its deadline).
             _report_stop(identity, exit_status)
             _mpi.abort(exit_status)
         if not self.settings.exit_when_done:

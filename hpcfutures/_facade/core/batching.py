@@ -279,10 +279,10 @@ class Batcher:
         its first round may still take.  A share of what is left at each cut
         shrinks place by place (a first round would carry only ~60 % of a
         map), and the rest would go in groups of the pace: three times the
-        tasks, on a launch whose scheduler is its bottleneck (20,000 calls of
-        0.5 s on 1,000 hosted workers took 1.6 times the ideal that way, 1.2
-        times this way: ``benchmarks/scale-history.rst``).  Calls added later, as submits
-        are, still get at least a share of what is left (see :meth:`_cut`)."""
+        tasks, on a launch whose scheduler is its bottleneck, so a slower map
+        (``benchmarks/scale-history.rst`` compares the two).
+        Calls added later, as submits are, still get at least a share of what is
+        left (see :meth:`_cut`)."""
         if not stream.in_first_round(budget):
             return 1
         if stream.first_share is None:

@@ -145,8 +145,8 @@ class Closer:
                     # die with their workers, and the scheduler's going may not be
                     # noticed before the end; waiting for them could only hang.  A
                     # Ctrl-C (KeyboardInterrupt, 130) says so before the scheduler's
-                    # news of it arrives: waiting then held the client until the
-                    # launcher's grace ran out (10 s under hpcfutures run).
+                    # news of it arrives: waiting would then hold the client until the
+                    # launcher's grace runs out (10 s under hpcfutures run).
                     quiet_for_shutdown()  # Dask's news of closing peers is only echo now
                     self._bridge.break_executor("the launch was stopped by a signal")
             if wait:

@@ -33,9 +33,9 @@ __all__ = ["GATHERS", "SLOW_GATHER", "Completions", "as_serialization_error"]
 #: after a worker left while the abandoned one still ends on its own.
 GATHERS = 4
 #: Seconds the youngest gather under way may take before another starts beside
-#: it.  Gathers side by side from the start cost a large launch a fifth of its
-#: throughput (more, smaller gathers: each one a scheduler question and
-#: connections to many workers; benchmarks/scale.py at 1,000 workers).
+#: it.  Gathers side by side from the start cost a large launch throughput
+#: (more, smaller gathers: each one a scheduler question and connections to
+#: many workers; benchmarks/scale.py shows it at 1,000 workers).
 SLOW_GATHER = 0.5
 
 _Batch = list[tuple[Any, TaskFuture]]

@@ -3,7 +3,7 @@
 A loop that submits one call and waits for it (an optimiser's ask and tell, a
 chain whose next step depends on a look at the last result) pays a full
 round trip per call.  Through the scheduler that is four messages between
-processes and the scheduler's own work on two of them, about 3 ms here; sent
+processes and the scheduler's own work on two of them, about 3 ms in the laptop default; sent
 straight to a worker, whose answer carries the outcome, about 1 ms
 (``_dask/direct.py``; figures in benchmarks/README.md).  Nothing is lost by
 leaving the scheduler out when nothing else is in flight: every worker is

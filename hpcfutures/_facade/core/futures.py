@@ -30,10 +30,10 @@ class _LeanCondition:
 
     A ``Future`` makes a ``threading.Condition`` for its whole life: about 1.36 KB
     (an RLock, seven bound methods in an instance dictionary, and an empty deque
-    that holds a 64-slot block; 150 bytes here, tracemalloc), most of a future's
-    memory, so 10⁶ submitted calls held 1.4 GB in conditions that almost no one
-    waits on.  This
-    one keeps the lock and makes its list of waiters only when a thread waits.
+    that holds a 64-slot block), most of a future's memory, so 10⁶ submitted
+    calls would hold 1.4 GB in conditions that almost no one waits on.  This
+    one (about 150 bytes) keeps the lock and makes its list of waiters only
+    when a thread waits.
     ``concurrent.futures`` uses ``with``, ``acquire``/``release`` (``wait`` and
     ``as_completed`` take every future's lock), ``wait`` and ``notify_all``; the
     waiting is ``threading.Condition.wait``'s own: a fresh lock per waiter, the
@@ -159,7 +159,7 @@ def settle(future: cf.Future, result: Any = None, exception: BaseException | Non
         # Settled by another path first (a result gathered, then its task
         # reported lost in a wave of deaths): asking the standard library to
         # mark it running would log CRITICAL "in unexpected state: FINISHED"
-        # (72 lines on the client at 1,000 workers with 100 killed).
+        # (a line for each such future: dozens in a large wave).
         return
     if not future.running():
         try:

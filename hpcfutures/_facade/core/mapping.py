@@ -52,7 +52,7 @@ class Rest:
     sequence from a position on, each value a call's only argument.
 
     Chunks are slices of the sequence, so the client holds no per-call object
-    (ten million one-element tuples were 0.6 GB before the first call went).
+    (ten million one-element tuples would take 0.6 GB before the first call goes).
     The sequence must not change while the map runs: a ``range`` or tuple, or
     a copy of the caller's list.
     """

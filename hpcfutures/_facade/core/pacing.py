@@ -5,9 +5,9 @@ groups asks the scheduler for no more tasks a second than the launch can
 hand out (the *pace*, ``batching.py``).  Dask's own figure, about a thousand a
 second, assumes a scheduler and every worker on cores of their own; a launch
 whose workers share cores, or whose scheduler shares its node, sustains less
-(about 350 a second for 1,000 workers hosted on this project's 2-core test
-machine), and sized for a thousand its threads then wait for their next task
-longer than they compute.
+(a few hundred a second for 1,000 workers hosted on a 2-core machine), and
+sized for a thousand its threads then wait for their next task longer than
+they compute.
 
 So each group's worker says how long its thread sat idle before the group
 began, and the client bounds that by how long the group waited between its

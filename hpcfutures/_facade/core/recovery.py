@@ -151,10 +151,10 @@ class Recovery:
         """Ask for the certificates of the workers lost together, in one request.
 
         A wave of deaths reaches the client as many task failures over a few turns of
-        its loop; one request each opened one connection to the scheduler each (each
-        request in flight needs its own): at 2,000 workers, 200 TLS handshakes queued
-        behind the client's other connections and timed out, and the lost calls ran
-        again after 16 s instead of 9 s."""
+        its loop; a request for each would open a connection to the scheduler for each
+        (each request in flight needs its own): a wave's hundreds of TLS handshakes
+        would queue behind the client's other connections and time out, and the lost
+        calls would run again only after that."""
         await asyncio.sleep(WAVE_GATHERING)
         workers, self._wave, self._wave_request = self._wave, [], None
         self._waiting += len(workers)

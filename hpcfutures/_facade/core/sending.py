@@ -4,8 +4,8 @@ Runs on the client's loop thread only: the Dask client is not thread-safe
 (from another thread its methods turn into blocking calls into the loop).
 Tasks queued together go as one graph per runner (one ``update-graph``
 message, not one per task), however many: a large launch's first round sent
-as graphs of 200 got its first result sooner but made a first map on 2,000
-workers 1.6 times slower (``benchmarks/scale-history.rst``, "The first round").  If
+as smaller graphs gets its first result sooner but makes the whole first map
+slower (``benchmarks/scale-history.rst``, "The first round").  If
 something in a batch cannot be pickled, each task is sent alone, so that
 only the culprit fails.
 
@@ -219,7 +219,7 @@ class Sender:
     def _shipped_calls(self, calls: list) -> list:
         """A bundle's ``(fn, args, kwargs)`` calls with each function shipped once.  The
         list travels in one :class:`Carried` box (one object for the bundle: a box per
-        call cost a quarter of a submit loop's pace under ``hpcfutures run``)."""
+        call adds a pickle per call, on the client and again on the scheduler)."""
         shipped = _shipped_functions((fn for fn, *_ in calls), to_ship(self._client))
         return [(shipped.get(id(fn), fn), *rest) for fn, *rest in calls]
 

@@ -15,7 +15,7 @@
                         (launchers/_requeue.py) and the client exits 99
 
 SIGTERM (scancel, or a time limit nobody could read) still ends the launch at
-once, as before: results that came back before it are in their futures (and
+once, as it does without a drain: results that came back before it are in their futures (and
 the journal) already.
 """
 

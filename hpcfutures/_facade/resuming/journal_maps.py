@@ -10,8 +10,8 @@
                          journal's map, the others from the MapRun, in order
 
 Ten million fingerprints take the client about ten seconds; looking all of
-them up before yielding anything kept a rerun's first result waiting that
-long.  Here the first window is answered within milliseconds, and the items
+them up before yielding anything would keep a rerun's first result waiting
+that long.  Here the first window is answered within milliseconds, and the items
 not recorded go to the workers as soon as their window is looked up (not
 when the caller reaches them), so a half-done map keeps every worker busy.
 The client holds 16 bytes per item looked up and not yet yielded, and 32 (a
