@@ -38,7 +38,7 @@ TIER_1 = {
     "test_initializer", "test_launcher_env", "test_loop_thread", "test_machinery", "test_roles",
     "test_scale", "test_scale_scheduler", "test_schedfile", "test_security", "test_shipping",
     "test_slurm_env", "test_cli", "test_crashes", "test_draining", "test_journal",
-    "test_ending",
+    "test_ending", "test_import_changes_nothing",
 }
 #: Tier 3 (marked ``slow``): faults, signals, promptness, scale and benchmark smoke tests.
 #: A module here is tier 3 but for its units (what does not launch), which are tier 1.
