@@ -248,3 +248,8 @@ def test_the_readme_is_a_front_door_and_no_page_tells_the_history_of_the_work():
              [*_texts(), ("benchmarks/README.md", (ROOT / "benchmarks" / "README.md").read_text())]
              for match in numbered.findall(text)]
     assert found == []
+    # The history of the work belongs in benchmarks/README.md and the commit messages.
+    history = re.compile(r"\(was: |\bseen (?:in|once)\b|\b\d+ (?:runs )?in \d+ (?:of )?(?:the )?"
+                         r"runs\b|\bpy-spy\b|\bthis session\b|\bcause not found\b")
+    told = [f"{where}: {match}" for where, text in _texts() for match in history.findall(text)]
+    assert told == []
