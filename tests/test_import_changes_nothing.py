@@ -18,7 +18,8 @@ import dask, distributed, distributed.scheduler, distributed.worker, distributed
 def snapshot():
     seen = {}
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType) or not name.split(".")[0] in ("dask", "distributed"):
+        top = name.split(".")[0]
+        if not isinstance(module, types.ModuleType) or top not in ("dask", "distributed"):
             continue
         for attr, value in list(vars(module).items()):
             seen[f"{name}.{attr}"] = id(value)

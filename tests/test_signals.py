@@ -18,9 +18,11 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
+from pace import scaled
 
 from hpcfutures._support.signals import StopSignals
 
@@ -168,6 +170,14 @@ _SLOW_STARTING_HELPER = textwrap.dedent("""\
 """)
 
 
+def _wait_for_exec(pid: int, text: str, timeout: float = 10) -> None:
+    """Until process ``pid``'s command line holds ``text``: it has exec'ed its program."""
+    deadline = time.monotonic() + scaled(timeout)
+    while text.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, f"process {pid} did not exec within {timeout} s"
+        time.sleep(0.001)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("deaf", [True, False], ids=["held-back", "unprotected"])
 def test_a_helper_process_survives_a_ctrl_c_that_comes_while_it_starts(deaf):
@@ -184,7 +194,11 @@ def test_a_helper_process_survives_a_ctrl_c_that_comes_while_it_starts(deaf):
                                   stderr=subprocess.PIPE, text=True,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        helper.send_signal(signal.SIGINT)  # still in its start-up
+        # Once it runs its own program (a Ctrl-C between fork and exec lands on the
+        # parent's handler, copied into the child and gone at exec: the control run
+        # saw the helper live under load), while it still starts up.
+        _wait_for_exec(helper.pid, "ignore_ctrl_c")
+        helper.send_signal(signal.SIGINT)
         if not deaf:
             out, err = helper.communicate("go\n", timeout=30)
             assert helper.returncode != 0 and "alive" not in out, (out, err)

@@ -66,6 +66,8 @@ def nothing_left():
         if not laptop or time.monotonic() > deadline:
             break
         time.sleep(0.2)
+    if laptop:  # ended here, so that one test's leftovers fail that test alone
+        subprocess.run(["pkill", "-KILL", "-u", LAPTOP_USER], timeout=10)
     assert not leftovers, f"jobs left in the queue: {leftovers}"
     assert not laptop, f"processes left on the laptop: {laptop}"
 
@@ -77,7 +79,7 @@ def _queue() -> list[str]:
 
 
 def _until_queue_empty(seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + scaled(seconds)
     while _queue():
         if time.monotonic() > deadline:
             return False
@@ -105,6 +107,7 @@ def _laptop(code: Path, body: str, timeout: float = 90) -> subprocess.Popen:
 
 def _on_laptop(code: Path, body: str, timeout: float = 90) -> str:
     process = _laptop(code, body)
+    timeout = scaled(timeout)
     try:
         out, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -212,13 +215,13 @@ def test_ctrl_c_while_queued_cancels_the_job(code):
         """)
     try:
         assert process.stdout is not None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while not _queue():
             assert time.monotonic() < deadline and process.poll() is None, \
                 process.communicate()[0]
             time.sleep(0.2)
         process.send_signal(signal.SIGINT)
-        out, _ = process.communicate(timeout=30)
+        out, _ = process.communicate(timeout=scaled(30))
     finally:
         if process.poll() is None:
             process.kill()
