@@ -80,3 +80,27 @@ def test_wait_as_completed_and_many_waiters_on_one_future():
     order = list(cf.as_completed(futures, timeout=5))
     assert order[0] is futures[0] and set(order) == set(futures)
     assert futures[3].result() == 3 and isinstance(futures[2].exception(), ValueError)
+
+
+def test_a_ctrl_c_during_a_callback_on_the_main_thread_reaches_the_user(caplog):
+    """Callbacks run where a future is settled: on the loop thread a callback's
+    KeyboardInterrupt is logged and contained (it would end the engine); on the user's
+    main thread it goes through, as in the standard library, since it may be their
+    Ctrl-C landing while the callback ran."""
+    import threading
+
+    def interrupted(_future):
+        raise KeyboardInterrupt
+
+    here = TaskFuture()
+    here.add_done_callback(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        here.set_result(1)
+
+    there = TaskFuture()
+    there.add_done_callback(interrupted)
+    settler = threading.Thread(target=there.set_result, args=(2,))
+    with caplog.at_level("ERROR", logger="hpcfutures"):
+        settler.start()
+        settler.join(timeout=10)
+    assert there.result(timeout=0) == 2 and "exception calling callback" in caplog.text

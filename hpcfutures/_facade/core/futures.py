@@ -139,13 +139,22 @@ class TaskFuture(cf.Future):
         The standard library contains a callback's ``Exception`` and lets a
         ``BaseException`` through; here callbacks run on the executor's event-loop
         thread, which a ``SystemExit`` or ``KeyboardInterrupt`` from a callback
-        would end, and every later call with it.  (Overrides the private method
+        would end, and every later call with it.  On the user's main thread (a
+        future cancelled or settled there) a ``KeyboardInterrupt`` or ``SystemExit``
+        goes through, as in the standard library: it may be the user's Ctrl-C or
+        SIGTERM, landing while a callback ran.  (Overrides the private method
         that ``concurrent.futures.Future`` calls on completion, unchanged since 3.2.)
         """
         for callback in self._done_callbacks:  # type: ignore[attr-defined]
             try:
                 callback(self)
-            except BaseException:
+            except BaseException as err:
+                if (isinstance(err, (KeyboardInterrupt, SystemExit))
+                        and threading.current_thread() is threading.main_thread()):
+                    # On the user's thread (a future settled or cancelled there) it may
+                    # be their Ctrl-C or SIGTERM, landing while a callback ran: theirs
+                    # to receive, as the standard library lets it through.
+                    raise
                 _logger.exception("exception calling callback for %r", self)
 
 
