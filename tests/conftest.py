@@ -20,9 +20,26 @@ from helpers import (
 
 
 def pytest_configure(config) -> None:
-    """Measure the run's slowdown factor once (:mod:`pace`), before any test starts."""
+    """Measure the run's slowdown factor once (:mod:`pace`), before any test starts, and
+    give the run Ctrl-C's usual action (:func:`_ctrl_c_as_usual`)."""
+    _ctrl_c_as_usual()
     if pace.VARIABLE not in os.environ:
         os.environ[pace.VARIABLE] = str(pace.measure())
+
+
+def _ctrl_c_as_usual() -> None:
+    """A run started in the background by a script (``pytest &``, ``nohup ... &``) has
+    SIGINT ignored, as a shell without job control starts background commands, and so
+    has every process it starts (an ignored signal stays ignored across exec, and Python
+    then leaves it so): the tests that stop a launch with Ctrl-C, or check that a helper
+    dies of one, would wait for an end that cannot come.  With Python's own handler in
+    the run, the processes it starts begin with SIGINT's default action, as from a
+    terminal."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def pytest_report_header(config) -> str:
