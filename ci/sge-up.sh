@@ -11,7 +11,8 @@
 # daemons go to $PIDDIR; ci/sge-down.sh stops exactly those. Every wait has a deadline.
 #
 # Settings (environment):
-#   SGE_SLOTS=8              slots of all.q@localhost (may exceed the core count; no load limits)
+#   SGE_SLOTS=16             slots of all.q@localhost (may exceed the core count; no load limits;
+#                            the suite runs three test processes, each submitting up to 4 slots)
 #   SGE_JOB_USER=hpcuser     unprivileged user created for submitting jobs ('' = create none)
 #   SGE_UP_TIMEOUT=60        seconds allowed for each wait (daemon start, queue ready, probe)
 #   SGE_APT_TIMEOUT=600      seconds allowed for apt-get update + install
@@ -20,7 +21,7 @@
 # Facts and pitfalls behind each step: ../../shared/SGE_NOTES.md (from the lab that tried it).
 set -euo pipefail
 
-SGE_SLOTS=${SGE_SLOTS:-8}
+SGE_SLOTS=${SGE_SLOTS:-16}
 SGE_JOB_USER=${SGE_JOB_USER-hpcuser}
 SGE_UP_TIMEOUT=${SGE_UP_TIMEOUT:-60}
 SGE_APT_TIMEOUT=${SGE_APT_TIMEOUT:-600}

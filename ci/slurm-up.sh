@@ -9,7 +9,8 @@
 # this script starts go to $PIDDIR; ci/slurm-down.sh stops exactly those.
 #
 # Settings (environment):
-#   SLURM_CPUS=8             CPUs advertised for the node (may exceed the real core count)
+#   SLURM_CPUS=16            CPUs advertised for the node (may exceed the real core count:
+#                            the suite runs three test processes, each launching up to 4 tasks)
 #   SLURM_MPI_DEFAULT=none   MpiDefault; pick pmi2/pmix per step with `srun --mpi=...`
 #   SLURM_WITH_PMIX=1        make `srun --mpi=pmix` work (libpmix2 + one symlink); empty to skip
 #   SLURM_UP_TIMEOUT=60      seconds allowed for each wait (daemon start, idle node, probe)
@@ -21,7 +22,7 @@
 #                            see no difference. 0: none
 set -euo pipefail
 
-SLURM_CPUS=${SLURM_CPUS:-8}
+SLURM_CPUS=${SLURM_CPUS:-16}
 SLURM_MPI_DEFAULT=${SLURM_MPI_DEFAULT:-none}
 SLURM_WITH_PMIX=${SLURM_WITH_PMIX-1}
 SLURM_UP_TIMEOUT=${SLURM_UP_TIMEOUT:-60}
@@ -126,7 +127,7 @@ if [ "$SLURM_GPUS" -gt 0 ]; then
 fi
 # Why these settings (details in the project's Slurm notes):
 # - NodeName=localhost + NodeAddr=127.0.0.1 + `slurmd -N localhost`: independent of the hostname.
-# - SlurmdParameters=config_overrides: accept CPUs=8 on a 2-core machine instead of draining.
+# - SlurmdParameters=config_overrides: accept CPUs=16 on a 2-core machine instead of draining.
 # - proctrack/linuxproc, task/none, jobacct_gather/none: no cgroups needed (containers, no systemd).
 # - CR_Core: memory is not consumable, so jobs never wait for memory.
 # - EnforcePartLimits=ALL: asking for more CPUs than exist fails at once instead of pending forever.

@@ -107,6 +107,40 @@ def tier_of(item) -> int:
     return 1 if module in TIER_1 and not launching else 2
 
 
+#: Modules that share one backend's global state, so that a parallel run (pytest-xdist,
+#: ``-n``) never runs their tests at the same time: the 3-node cluster, whose network
+#: some tests change and whose queue test_ssh_lab clears between tests; and the tests
+#: that check the local Slurm queue holds no job of a name (``hpcfutures``,
+#: ``hpcfutures-w``) that another module's allocation also uses.
+SHARED_BACKENDS = {
+    "test_multinode": "cluster-mn", "test_ssh_lab": "cluster-mn",
+    "test_allocate": "slurm-queue", "test_resources": "slurm-queue",
+    "test_versions": "slurm-queue", "test_examples": "slurm-queue",
+    "test_release": "slurm-queue", "test_serve": "slurm-queue",
+}
+
+
+def group_of(nodeid: str) -> str:
+    """The group whose tests one test process runs, one after another, in a parallel
+    run: the test's module, or the backend it shares with other modules
+    (:data:`SHARED_BACKENDS`)."""
+    module = nodeid.split("::")[0].rpartition("/")[2].removesuffix(".py")
+    return SHARED_BACKENDS.get(module, module)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where it is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """Parallel runs hand each test process whole groups (:func:`group_of`): xdist's own
+    ``loadscope`` scheduling, with our groups for its scopes."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Give each test its tier's marker (``tier1``, ``tier2``, or ``slow``), and stretch
     every test's timeout (its marker, else the ini's) by the slowdown factor."""
@@ -131,15 +165,36 @@ def batch(tmp_path, env):
     assert_no_leftovers(jobs.marker, grace=15)
 
 
+#: The failure matrix's times as the reports brought them: from this process, or from
+#: the test processes of a parallel run (pytest-xdist), which send their reports here.
+_REPORTED_TIMES: list[tuple[str, str, float]] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Attach the failure times a test measured to its report, so that they reach the
+    process that prints the table, in a parallel run too."""
+    report = yield
+    if call.when == "teardown":
+        report.user_properties.extend(("failure time", entry) for entry in FAILURE_TIMES)
+        FAILURE_TIMES.clear()
+    return report
+
+
+def pytest_runtest_logreport(report) -> None:
+    _REPORTED_TIMES.extend(tuple(value) for key, value in report.user_properties
+                           if key == "failure time")
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The failure matrix's measured times, one row per fault, one column per launcher."""
-    if not FAILURE_TIMES:
+    if not _REPORTED_TIMES:
         return
     order = ["laptop", "run", "srun", "mpiexec"]
-    launchers = sorted({launcher for _, launcher, _ in FAILURE_TIMES},
+    launchers = sorted({launcher for _, launcher, _ in _REPORTED_TIMES},
                        key=lambda name: (order.index(name) if name in order else 9, name))
     rows: dict[str, dict[str, float]] = {}
-    for row, launcher, seconds in FAILURE_TIMES:
+    for row, launcher, seconds in _REPORTED_TIMES:
         rows.setdefault(row, {})[launcher] = seconds
     write = terminalreporter.write_line
     terminalreporter.section("failure matrix: seconds from the fault to its outcome")
