@@ -224,19 +224,24 @@ def test_allocate_scale_die_and_submit_wait_on_slurm(tmp_path, slurm_env):
          "--wait", sys.executable, "examples/monte_carlo.py"],
         cwd=ROOT, env={**os.environ, **slurm_env}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
-    client = subprocess.run(
-        [sys.executable, "tests/jobs/allocate_job.py", str(tmp_path), "full"], cwd=ROOT,
-        env={**os.environ, **slurm_env}, capture_output=True, text=True, timeout=240)
-    said = client.stdout + client.stderr
-    outputs = "\n".join(f"--- {p}\n{p.read_text()}" for p in tmp_path.glob("*.out"))
-    print(said)  # shown when the test fails, with the times of each step
-    for check in ("map", "scaled_up", "scaled_down", "adapted", "died_with_not_serving"):
-        assert f"PASS {check}" in said, (said, outputs)
-    assert client.returncode == 0 and "ALLOCATE DONE" in said, (said, outputs)
-    assert _squeue("hpcf-alloc-test-w") == "", "worker jobs left in the queue"
-    out, _ = submit.communicate(timeout=180)
-    assert submit.returncode == 0, (out, outputs)
-    assert "submitted; output: " in out and "ended with exit status 0" in out, out
+    try:
+        client = subprocess.run(
+            [sys.executable, "tests/jobs/allocate_job.py", str(tmp_path), "full"], cwd=ROOT,
+            env={**os.environ, **slurm_env}, capture_output=True, text=True, timeout=240)
+        said = client.stdout + client.stderr
+        outputs = "\n".join(f"--- {p}\n{p.read_text()}" for p in tmp_path.glob("*.out"))
+        print(said)  # shown when the test fails, with the times of each step
+        for check in ("map", "scaled_up", "scaled_down", "adapted", "died_with_not_serving"):
+            assert f"PASS {check}" in said, (said, outputs)
+        assert client.returncode == 0 and "ALLOCATE DONE" in said, (said, outputs)
+        assert _squeue("hpcf-alloc-test-w") == "", "worker jobs left in the queue"
+        out, _ = submit.communicate(timeout=180)
+        assert submit.returncode == 0, (out, outputs)
+        assert "submitted; output: " in out and "ended with exit status 0" in out, out
+    finally:
+        if not submit.stdout.closed:  # a check failed before the job's end was read
+            submit.kill()
+            submit.communicate()
     assert "pi ~= 3.1" in (tmp_path / "mc.out").read_text()
     assert _squeue("hpcf-alloc-test") == ""
 

@@ -139,22 +139,21 @@ def test_a_program_killed_with_sigkill_leaves_no_local_worker():
         print("PIDS", *[p.pid for p in local.processes], flush=True)
         time.sleep(120)
         """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("PIDS"), line
-        pids = [int(pid) for pid in line.split()[1:]]
-        assert len(pids) == 2 and all(alive(pid) for pid in pids)
-        proc.kill()
-        proc.wait(10)
-        started = time.monotonic()
-        wait_until(lambda: not any(alive(pid) for pid in pids), 10,
-                   "the local workers of a SIGKILLed program to exit")
-        assert time.monotonic() - started < scaled(5)
-    finally:
-        proc.kill()
-        proc.wait()
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}) as proc:
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith("PIDS"), line
+            pids = [int(pid) for pid in line.split()[1:]]
+            assert len(pids) == 2 and all(alive(pid) for pid in pids)
+            proc.kill()
+            proc.wait(10)
+            started = time.monotonic()
+            wait_until(lambda: not any(alive(pid) for pid in pids), 10,
+                       "the local workers of a SIGKILLed program to exit")
+            assert time.monotonic() - started < scaled(5)
+        finally:
+            proc.kill()
 
 
 @pytest.mark.timeout(90)

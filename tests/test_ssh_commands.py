@@ -8,6 +8,7 @@ with file names chosen to break any quoting that is not airtight.
 from __future__ import annotations
 
 import os
+import pathlib
 import shlex
 import shutil
 import subprocess
@@ -178,7 +179,8 @@ def test_credentials_read_through_ssh_build_tls_contexts_without_touching_the_di
     paths = in_memory_files(credentials)
     assert all(path.startswith("/proc/self/fd/") for path in paths.values())
     assert in_memory_files(credentials) == paths  # one memory file per PEM, kept
-    assert open(paths["key"]).read() == credentials["key"] == open(paths["key"]).read()
+    key = pathlib.Path(paths["key"])
+    assert key.read_text() == credentials["key"] == key.read_text()
 
     def no_temporary_files(*args, **kwargs):
         raise AssertionError("a temporary folder for the credentials")
