@@ -115,6 +115,28 @@ def test_detection_and_import_do_not_start_mpi():
     assert done.returncode == 0, done.stderr
 
 
+def test_an_mpi_start_that_never_returns_ends_the_process_naming_where(tmp_path):
+    """MPI_Init runs inside the import of mpi4py.MPI, holding the GIL: a start that
+    waits for ever (a process manager that will never answer) must end the rank with
+    status 1 and a stack naming the start, not hold the allocation."""
+    fake = tmp_path / "mpi4py"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "MPI.py").write_text("import time\ntime.sleep(120)\n")  # a start that hangs
+    code = ("import hpcfutures._support.mpi as m\n"
+            "m.MPI_START_TIMEOUT = 1\n"
+            "m.mpi_module()\n"
+            "print('RETURNED')\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=scaled(60),
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(tmp_path), str(ROOT)])})
+    assert done.returncode == 1 and "RETURNED" not in done.stdout, done
+    assert "Timeout" in done.stderr and "in _start_mpi" in done.stderr, done.stderr
+    assert time.monotonic() - started < scaled(30)
+
+
 def test_declared_size_comes_from_the_launcher():
     assert declared_size(HYDRA) == (4, "PMI_SIZE")
     assert declared_size(SRUN) == (4, "SLURM_STEP_NUM_TASKS")

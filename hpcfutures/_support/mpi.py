@@ -9,7 +9,9 @@ Nothing here initialises MPI at import time.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,16 +24,50 @@ __all__ = ["group_communicator", "meet", "mpi_module"]
 MEET_NAP = 0.001
 
 
+#: Seconds MPI's start (``MPI_Init``, run by the first import of ``mpi4py.MPI``) may
+#: take before the process ends with status 1 instead of hanging: a start that waits on
+#: a process manager which will never answer holds the whole allocation.  Generous, for
+#: a start over thousands of ranks.
+MPI_START_TIMEOUT = 300.0
+
+
 def mpi_module() -> Any:
-    """The ``mpi4py.MPI`` module (importing it initialises MPI, unless the user said not to)."""
+    """The ``mpi4py.MPI`` module (importing it initialises MPI, unless the user said not to).
+
+    A start that does not return within :data:`MPI_START_TIMEOUT` ends the process
+    with status 1, after printing a traceback that ends in :func:`_start_mpi` (see
+    there; ``docs/troubleshooting.rst`` says what to do).
+    """
+    if "mpi4py.MPI" in sys.modules:
+        return sys.modules["mpi4py.MPI"]
     try:
-        from mpi4py import MPI
+        return _start_mpi(MPI_START_TIMEOUT)
     except ImportError as err:
         raise LauncherError(
             "the MPI launcher needs mpi4py, which is not installed: pip install "
             "'hpcfutures[mpi]' (plus an MPI library, e.g. pip install mpich), or choose "
             "another launcher with launcher=... / HPCFUTURES_LAUNCHER"
         ) from err
+
+
+def _start_mpi(timeout: float) -> Any:
+    """Import ``mpi4py.MPI`` (``MPI_Init``), ending the process if that hangs.
+
+    ``MPI_Init`` runs inside the import, holding the GIL, so no Python thread could
+    notice a hang: faulthandler's watchdog (a thread of its own that needs no GIL)
+    prints every thread's stack, this function's name in it, and exits with status 1.
+    One known cause: MPICH 5.0 with Slurm's pmi2 (``srun --mpi=pmi2``) in a process
+    that imported many modules before MPI started, where a start-up message of MPICH
+    then reaches Slurm malformed and the ranks wait for ever.
+    """
+    try:
+        faulthandler.dump_traceback_later(timeout, exit=True, file=2)  # the real stderr
+    except (OSError, ValueError):  # no descriptor 2 (a process started without one)
+        pass
+    try:
+        from mpi4py import MPI
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     return MPI
 
 

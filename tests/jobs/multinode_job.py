@@ -15,6 +15,12 @@ import socket
 import sys
 import time
 
+if "PMI_FD" in os.environ:  # srun --mpi=pmi2
+    # MPI starts before anything else is imported, as docs/troubleshooting.rst advises
+    # for MPICH under Slurm's pmi2: started after many imports, MPICH 5.0's start-up
+    # message of a node can reach Slurm malformed, and the step then waits for ever.
+    from mpi4py import MPI  # noqa: F401
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import hpcfutures
