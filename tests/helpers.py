@@ -34,13 +34,26 @@ __all__ = [
     "Launch", "Lines", "LiveJob", "assert_no_leftovers", "child_pids", "closed_port",
     "contract_passed", "ending_launch", "ending_passed", "have_command", "have_mpi",
     "hpcfutures_run", "http_answers", "job_facts", "kill_marked", "listening",
-    "outsider_refused", "outsiders_refused", "own_lines", "processes_with_marker", "rank_pid",
+    "outsider_refused", "outsiders_refused", "own_lines", "package_modules",
+    "processes_with_marker", "rank_pid",
     "record_failure_time", "require", "run_job", "slurm_is_up", "wait_until",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 JOBS = TESTS / "jobs"
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name (``hpcfutures._dask.spans``; a
+    package by its own name), in the order of their paths."""
+    found = {}
+    for path in sorted((ROOT / "hpcfutures").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
 MARKER_VAR = "HPCFUTURES_TEST_MARKER"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 #: Keep MPI (UCX) and Hydra on loopback, as ci/mpi-check.sh does.

@@ -22,7 +22,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import ROOT, require
+from helpers import ROOT, package_modules, require
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.rst"))
@@ -161,7 +161,7 @@ def test_every_documented_variable_exists():
     from hpcfutures._support.options import OPTIONS
 
     real = {option.env_name for option in OPTIONS}
-    for source in (ROOT / "hpcfutures").rglob("*.py"):
+    for source in package_modules().values():
         real |= set(re.findall(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b", source.read_text()))
     for page in PAGES:
         for name in set(re.findall(r"\bHPCFUTURES_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())):
@@ -174,7 +174,7 @@ def test_the_architecture_page_names_every_module_of_the_package():
     package = ROOT / "hpcfutures"
     missing = sorted(
         str(path.relative_to(package))
-        for path in package.rglob("*.py")
+        for path in package_modules().values()
         if path.name not in ("__init__.py", "__main__.py") and path.name not in page)
     assert not missing, f"docs/architecture.rst does not name {missing}"
     for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").exists()):
@@ -197,7 +197,7 @@ def _texts():
     yield "README.md", (ROOT / "README.md").read_text()
     for page in sorted((ROOT / "docs").glob("*.rst")):
         yield f"docs/{page.name}", page.read_text()
-    for source in sorted(PACKAGE.rglob("*.py")):
+    for source in package_modules().values():
         yield str(source.relative_to(ROOT)), source.read_text()
 
 

@@ -11,21 +11,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from helpers import ROOT
+from helpers import ROOT, package_modules
 
-PACKAGE = ROOT / "hpcfutures"
 #: The most lines a module of the package may have.
 MOST_LINES = 400
-
-
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -83,12 +72,12 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_module_is_longer_than_400_lines():
-    long = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    long = {name: len(path.read_text().splitlines()) for name, path in package_modules().items()}
     assert {name: n for name, n in long.items() if n > MOST_LINES} == {}
 
 
 def test_no_two_modules_import_each_other_even_lazily():
-    modules = _modules()
+    modules = package_modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _circles(graph) == []
 
@@ -111,7 +100,7 @@ def test_the_strict_type_checking_list_names_real_modules():
     text = (ROOT / "pyproject.toml").read_text()
     named = re.findall(r'^\s*"(hpcfutures[\w.*]*)",', text, flags=re.MULTILINE)
     assert "hpcfutures._dask.*" in named
-    modules = _modules()
+    modules = package_modules()
     missing = [name for name in named if name.removesuffix(".*") not in modules]
     assert missing == [], "pyproject.toml's mypy overrides name modules that do not exist"
 
