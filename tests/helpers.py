@@ -42,6 +42,10 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 JOBS = TESTS / "jobs"
+MARKER_VAR = "HPCFUTURES_TEST_MARKER"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+#: Keep MPI (UCX) and Hydra on loopback, as ci/mpi-check.sh does.
+MPI_LOOPBACK = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}
 
 
 def package_modules() -> dict[str, Path]:
@@ -54,10 +58,6 @@ def package_modules() -> dict[str, Path]:
             parts.pop()
         found[".".join(parts)] = path
     return found
-MARKER_VAR = "HPCFUTURES_TEST_MARKER"
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-#: Keep MPI (UCX) and Hydra on loopback, as ci/mpi-check.sh does.
-MPI_LOOPBACK = {"UCX_NET_DEVICES": "lo", "HYDRA_IFACE": "lo"}
 
 
 # ------------------------------------------------------------------ backends
