@@ -195,6 +195,38 @@ def map_timeout_raises_timeout_error(ex):
     assert time.monotonic() - started < scaled(1.5)
 
 
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@check
+def map_timeout_yields_the_results_that_were_ready(ex):
+    """As with ProcessPoolExecutor, whatever the function was measured at: the quick
+    items of a map share a chunk with its slow one, and still come before the timeout."""
+    list(ex.map(nap, [0] * 200))  # measured as short: the next map goes in few chunks
+    got = []
+    try:
+        for value in ex.map(nap, [0] * 10 + [scaled(2)] + [0] * 10, timeout=scaled(0.6)):
+            got.append(value)
+    except TimeoutError:
+        pass
+    else:
+        raise AssertionError("map did not time out")
+    assert got == [0] * 10, got
+
+
+@check
+def submitted_calls_before_a_slow_one_finish_while_it_runs(ex):
+    """Calls bundled with a slow call they were submitted before are done while it runs."""
+    list(ex.map(nap, [0] * 200))  # measured as short: submits are bundled
+    quick = [ex.submit(nap, 0) for _ in range(5)]
+    slow = ex.submit(nap, scaled(1.5))
+    done, _ = cf.wait(quick, timeout=scaled(0.6))
+    assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    slow.result(timeout=scaled(30))
+
+
 @check
 def map_does_not_keep_yielded_results(ex):
     results = ex.map(make_payload, range(6))

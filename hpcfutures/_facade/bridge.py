@@ -85,6 +85,8 @@ class TaskBridge(ClusterView):
         # Small results ahead of their task's end, and waiting for those ends: completions.py.
         completions = self._completions = Completions(client, self._connection_lost)
         self.result_arrived, self.ends_heard = completions.arrived, completions.ends_heard
+        #: A map chunk's first results, ahead of its end (mapping.py sets and drops its own).
+        self.early_outcomes = completions.early_outcomes
         self._sender = Sender(client, self._completions.follow, self._send_held_now,
                               self._requeue)
         self._recovery = Recovery(client, self._sender.resend, self.break_executor,

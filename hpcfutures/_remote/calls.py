@@ -24,7 +24,7 @@ import cloudpickle
 from .._errors import SerializationError
 from .carried import Carried, uncarried
 from .deathwatch import finished, running
-from .express import express, held_back
+from .express import express, held_back, streaming
 from .initializer import refuse_if_failed
 from .shipping import unship
 from .tracebacks import _annotate, location, restore_traceback, set_location
@@ -193,12 +193,13 @@ def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True) -> C
             fn = unship(fn)
         except BaseException as exc:  # the first call's error: it could not run
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
-        for index, args in enumerate(chunk):
-            mark(index)
-            try:
-                append(fn(*args) if spread else fn(args))
-            except BaseException as exc:
-                return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
+        with streaming(values, len(chunk)):
+            for index, args in enumerate(chunk):
+                mark(index)
+                try:
+                    append(fn(*args) if spread else fn(args))
+                except BaseException as exc:
+                    return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
     finally:
         finished()
     return ChunkOutcome(values, None, time.perf_counter() - started)
@@ -318,18 +319,19 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) ->
     idle = _idle_before()
     mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
     try:
-        for index, (fn, args, kwargs) in enumerate(listed):
-            mark(index)
-            started = time.perf_counter()
-            if fn is fail_with:  # its error already says where and why
-                results.append((False, args[0]))
-                seconds.append(0.0)
-                continue
-            try:
-                results.append((True, fn(*args, **kwargs)))
-            except BaseException as exc:
-                results.append((False, _annotate(exc)))
-            seconds.append(time.perf_counter() - started)
+        with streaming(results, len(listed)):
+            for index, (fn, args, kwargs) in enumerate(listed):
+                mark(index)
+                started = time.perf_counter()
+                if fn is fail_with:  # its error already says where and why
+                    results.append((False, args[0]))
+                    seconds.append(0.0)
+                    continue
+                try:
+                    results.append((True, fn(*args, **kwargs)))
+                except BaseException as exc:
+                    results.append((False, _annotate(exc)))
+                seconds.append(time.perf_counter() - started)
     finally:
         finished()
         _group_ended()

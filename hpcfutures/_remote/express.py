@@ -27,22 +27,96 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["EXPRESS_BYTES", "express", "held_back", "set_sender", "small_pickle"]
+__all__ = ["EXPRESS_BYTES", "STREAM_AFTER", "Early", "express", "held_back", "set_sender",
+           "small_pickle", "streaming"]
 
 #: The largest pickled result that travels with its task's end.  A map chunk's
 #: results or a bundle's outcomes are one result here; the scheduler only passes
 #: the bytes on (no unpickling), so its cost is a copy and a message's share.
 EXPRESS_BYTES = 32 * 1024
+#: Seconds a group of calls runs before the outcomes of its finished calls start
+#: to travel ahead of its end (then again every as many seconds while it runs).
+#: A group sized by the batching engine (50 ms of work) usually ends first, so
+#: nothing more is sent for it; a group held up by a slow call lets go of the
+#: calls that finished before it.
+STREAM_AFTER = 0.05
 
 _send: Callable[[bytes], None] | None = None
+#: For the task running on the calling thread: ``(send, later)``, see ``set_sender``.
+_bind: Callable[[], Any] | None = None
 #: Per thread: whether its task's outcome goes back in an answer instead (direct calls).
 _answered = threading.local()
 
 
-def set_sender(send: Callable[[bytes], None] | None) -> None:
-    """How this worker sends a running task's small result to its client."""
-    global _send
-    _send = send
+def set_sender(send: Callable[[bytes], None] | None,
+               bind: Callable[[], Any] | None = None) -> None:
+    """How this worker sends a running task's small result to its client; ``bind()``,
+    called on a task's thread, returns ``(send, later)`` for that task: ``send(payload)``
+    from any thread, ``later(seconds, callback)`` on the worker's event loop."""
+    global _send, _bind
+    _send, _bind = send, bind
+
+
+class Early:
+    """Outcomes of a running group's first calls, sent ahead of the group's end:
+    ``outcomes[i]`` is call ``first + i``'s (a map chunk's value, or a bundle's
+    ``(ok, value)``).  The group's own outcome still holds every call's."""
+
+    __slots__ = ("first", "outcomes")
+
+    def __init__(self, first: int, outcomes: list) -> None:
+        self.first = first
+        self.outcomes = outcomes
+
+    def __reduce__(self) -> tuple[Any, tuple[int, list]]:
+        return Early, (self.first, self.outcomes)
+
+
+class _Stream:
+    """A running group's outcomes as its calls finish, sent on the worker's loop."""
+
+    def __init__(self, outcomes: list, send: Callable[[bytes], None],
+                 later: Callable[[float, Callable[[], None]], None]) -> None:
+        self.outcomes = outcomes  # appended to by the group's thread
+        self.sent = 0
+        self.over = False
+        self._send = send
+        self._later = later
+        later(STREAM_AFTER, self.flush)
+
+    def flush(self) -> None:
+        """On the worker's loop: send what finished since the last time, and come back."""
+        if self.over:
+            return
+        done = len(self.outcomes)  # a list's length: read atomically beside the appends
+        if done > self.sent:
+            try:
+                payload = small_pickle(Early(self.sent, self.outcomes[self.sent:done]))
+            except BaseException:  # an outcome that cannot travel fails at the group's
+                payload = None  # end, where its call is named
+            if payload is None:  # too large or unpicklable: the group's end brings it
+                self.over = True
+                return
+            self._send(payload)
+            self.sent = done
+        self._later(STREAM_AFTER, self.flush)
+
+
+@contextlib.contextmanager
+def streaming(outcomes: list, calls: int) -> Iterator[None]:
+    """While a group of ``calls`` calls runs: the outcomes appended to ``outcomes``
+    travel to the client ahead of the group's end, once it has run for
+    :data:`STREAM_AFTER` s (nothing is sent for a group of one call, or outside a
+    worker)."""
+    bound = _bind() if _bind is not None and calls > 1 else None
+    if bound is None:
+        yield
+        return
+    stream = _Stream(outcomes, *bound)
+    try:
+        yield
+    finally:
+        stream.over = True
 
 
 class _TooLarge(Exception):

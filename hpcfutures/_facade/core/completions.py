@@ -23,6 +23,7 @@ from typing import Any
 
 from ..._errors import RemoteTraceback, SerializationError
 from ..._remote.calls import restore_traceback
+from ..._remote.express import Early
 from .futures import TaskFuture, settle
 
 __all__ = ["GATHERS", "SLOW_GATHER", "Completions", "as_serialization_error"]
@@ -72,6 +73,9 @@ class Completions:
         #: event :meth:`ends_heard` waits on for there to be none.
         self._ahead: set[Any] = set()
         self._none_ahead: asyncio.Event | None = None
+        #: A map chunk's future -> ``take(first, values)``: its first results, sent
+        #: ahead of its end while it runs (``_remote/express.py``, ``streaming``).
+        self.early_outcomes: dict[TaskFuture, Callable[[int, list], None]] = {}
 
     @property
     def fetching(self) -> int:
@@ -128,8 +132,27 @@ class Completions:
             value = pickle.loads(payload)
         except Exception:
             return
+        if isinstance(value, Early):
+            self._early(future, value)
+            return
         self._ahead.add(key)
         settle(future, result=value)
+
+    def _early(self, group: TaskFuture, early: Early) -> None:
+        """Outcomes of a running group's first calls: a bundle's settle their futures,
+        a map chunk's go to its map (:attr:`early_outcomes`)."""
+        take = self.early_outcomes.get(group)
+        if take is not None:
+            take(early.first, early.outcomes)
+            return
+        members = group._members
+        if members is None:
+            return
+        for member, (ok, value) in zip(members[early.first:], early.outcomes, strict=False):
+            if ok:
+                settle(member, result=value)
+            else:
+                settle(member, exception=restore_traceback(value))
 
     async def ends_heard(self, timeout: float) -> None:
         """Wait (up to ``timeout`` s) until Dask has told the end of every task whose

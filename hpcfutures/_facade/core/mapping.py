@@ -133,6 +133,13 @@ class MapRun(Stream):
         #: it may return an event, set once they are recorded: they are yielded after.
         self._record = record
         self._gates: dict[int, threading.Event] = {}
+        #: Results of chunks still running, sent ahead of their end (a chunk held up
+        #: by a slow item lets go of those before it: ``_remote/express.py``):
+        #: chunk start -> results received and not yet handed to the consumer; how many
+        #: it has handed out; and the position each chunk's next result is taken at.
+        self._early: dict[int, list] = {}
+        self._handed: dict[int, int] = {}
+        self._early_at: dict[int, int] = {}
 
     # -------------------------------------------------------------- feeding
     def start(self) -> MapRun:
@@ -199,16 +206,37 @@ class MapRun(Stream):
                 self._dispatched += len(calls)
         if future is None:
             self._batcher.done(self)
-        else:
-            future.add_done_callback(self._chunk_done)
+            return
+        if self._record is None:  # a journal records whole chunks, before they are yielded
+            self._bridge.early_outcomes[future] = (
+                lambda first, values: self._arrived_early(future, first, values))
+        future.add_done_callback(self._chunk_done)
+
+    def _arrived_early(self, future: Any, first: int, values: list) -> None:
+        """The results of a running chunk's items ``first``, ``first + 1``, ... (loop
+        thread); those not seen before wait for the consumer."""
+        with self._cond:
+            start = self._in_flight.get(future)
+            if start is None:
+                return
+            seen = self._handed.get(start, 0) + len(self._early.get(start, ()))
+            if first > seen or first + len(values) <= seen:
+                return  # a gap (never sent so) or nothing new (a chunk sent again)
+            self._early.setdefault(start, []).extend(values[seen - first:])
+            self._early_at[start + self._handed.get(start, 0)] = start
+            self._cond.notify_all()
 
     def _chunk_done(self, future: Any) -> None:
         measured: list = []
         busy = idle = None
+        self._bridge.early_outcomes.pop(future, None)
         with self._cond:
             start = self._in_flight.pop(future, None)
             if start is None:
                 return
+            handed = self._handed.pop(start, 0)
+            self._early.pop(start, None)
+            self._early_at.pop(start + handed, None)
             if future.cancelled():
                 self._stopped = True
             else:
@@ -226,6 +254,10 @@ class MapRun(Stream):
                     measured.append((self.fn, outcome.seconds / len(outcome.values)))
                 busy = outcome.seconds
                 idle = waited(outcome.idle, future._sent_at, busy)
+                if handed:  # the consumer has the first ones already
+                    del self._outcomes[start]
+                    self._outcomes[start + handed] = ChunkOutcome(
+                        outcome.values[handed:], outcome.error, outcome.seconds, outcome.idle)
             self._batcher.done(self, measured, busy, idle)
             self._check_finished()
             self._cond.notify_all()
@@ -333,6 +365,11 @@ class MapRun(Stream):
     def _wait_for(self, position: int, end_time: float | None) -> ChunkOutcome:
         with self._cond:
             while position not in self._outcomes:
+                start = self._early_at.pop(position, None)
+                if start is not None:  # results of a chunk still running
+                    values = self._early.pop(start)
+                    self._handed[start] = self._handed.get(start, 0) + len(values)
+                    return ChunkOutcome(values)
                 remaining = None if end_time is None else end_time - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"map result {position} not ready before the timeout")
