@@ -16,7 +16,7 @@ from typing import Any
 
 from distributed import Client, Scheduler
 
-__all__ = ["EXPRESS_OP", "bind_to_task", "expect_express_results", "relay_express_results",
+__all__ = ["EXPRESS_OP", "bind_to_thread", "expect_express_results", "relay_express_results",
            "send_express"]
 
 #: A small result, on the worker's stream and then on the client's.
@@ -41,29 +41,24 @@ def send_express(payload: bytes) -> None:
                                  {"op": EXPRESS_OP, "key": key, "payload": payload})
 
 
-def bind_to_task() -> tuple[Callable[[bytes], None],
-                            Callable[[float, Callable[[], None]], None]] | None:
-    """For the task running on this thread: how to send its small results (from any
-    thread), and how to run a callback on its worker's event loop after a delay (from
-    any thread); None outside a task."""
+def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None]] | None:
+    """For a worker thread: how to read the key of the task it runs, and how to send a
+    task's small results from any thread; None outside a worker."""
     from distributed.worker import get_worker, thread_state
 
-    key = getattr(thread_state, "key", None)
     try:
         worker = get_worker()
     except ValueError:
         return None
-    if key is None:
-        return None
-    loop = worker.loop
 
-    def send(payload: bytes) -> None:
-        loop.add_callback(worker.batched_send, {"op": EXPRESS_OP, "key": key, "payload": payload})
+    def task_key() -> Any:
+        return getattr(thread_state, "key", None)
 
-    def later(delay: float, callback: Callable[[], None]) -> None:
-        loop.add_callback(loop.call_later, delay, callback)
+    def send(key: Any, payload: bytes) -> None:
+        worker.loop.add_callback(worker.batched_send,
+                                 {"op": EXPRESS_OP, "key": key, "payload": payload})
 
-    return send, later
+    return task_key, send
 
 
 def relay_express_results(scheduler: Scheduler) -> None:

@@ -29,7 +29,7 @@ from ._common import (
     _hurry,
 )
 from .direct import serve_direct_calls
-from .express import bind_to_task, send_express
+from .express import bind_to_thread, send_express
 
 __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
 
@@ -151,7 +151,7 @@ class WorkerService:
         await self._worker
         self._joined = True  # registered, and the plug-ins it was handed have run
         _hurry(self._worker.batched_stream)
-        express.set_sender(send_express, bind_to_task)
+        express.set_sender(send_express, bind_to_thread)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
         memory.enforce(self._worker.memory_manager.memory_limit)
         if self._watched:

@@ -24,7 +24,7 @@ import cloudpickle
 from .._errors import SerializationError
 from .carried import Carried, uncarried
 from .deathwatch import finished, running
-from .express import express, held_back, streaming
+from .express import express, held_back, stream_end, stream_start
 from .initializer import refuse_if_failed
 from .shipping import unship
 from .tracebacks import _annotate, location, restore_traceback, set_location
@@ -193,14 +193,15 @@ def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True) -> C
             fn = unship(fn)
         except BaseException as exc:  # the first call's error: it could not run
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
-        with streaming(values, len(chunk)):
-            for index, args in enumerate(chunk):
-                mark(index)
-                try:
-                    append(fn(*args) if spread else fn(args))
-                except BaseException as exc:
-                    return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
+        stream_start(values, len(chunk))
+        for index, args in enumerate(chunk):
+            mark(index)
+            try:
+                append(fn(*args) if spread else fn(args))
+            except BaseException as exc:
+                return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
     finally:
+        stream_end()
         finished()
     return ChunkOutcome(values, None, time.perf_counter() - started)
 
@@ -318,21 +319,22 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) ->
     seconds: list = []
     idle = _idle_before()
     mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
+    stream_start(results, len(listed))
     try:
-        with streaming(results, len(listed)):
-            for index, (fn, args, kwargs) in enumerate(listed):
-                mark(index)
-                started = time.perf_counter()
-                if fn is fail_with:  # its error already says where and why
-                    results.append((False, args[0]))
-                    seconds.append(0.0)
-                    continue
-                try:
-                    results.append((True, fn(*args, **kwargs)))
-                except BaseException as exc:
-                    results.append((False, _annotate(exc)))
-                seconds.append(time.perf_counter() - started)
+        for index, (fn, args, kwargs) in enumerate(listed):
+            mark(index)
+            started = time.perf_counter()
+            if fn is fail_with:  # its error already says where and why
+                results.append((False, args[0]))
+                seconds.append(0.0)
+                continue
+            try:
+                results.append((True, fn(*args, **kwargs)))
+            except BaseException as exc:
+                results.append((False, _annotate(exc)))
+            seconds.append(time.perf_counter() - started)
     finally:
+        stream_end()
         finished()
         _group_ended()
     return _sent_ahead(BundleOutcome(results, seconds, idle))
