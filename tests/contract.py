@@ -216,14 +216,57 @@ def map_timeout_yields_the_results_that_were_ready(ex):
     assert got == [0] * 10, got
 
 
+def doze(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def snooze(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def drowse(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
 @check
 def submitted_calls_before_a_slow_one_finish_while_it_runs(ex):
     """Calls bundled with a slow call they were submitted before are done while it runs."""
-    list(ex.map(nap, [0] * 200))  # measured as short: submits are bundled
-    quick = [ex.submit(nap, 0) for _ in range(5)]
-    slow = ex.submit(nap, scaled(1.5))
+    list(ex.map(doze, [0] * 200))  # measured as short: submits are bundled
+    quick = [ex.submit(doze, 0) for _ in range(5)]
+    slow = ex.submit(doze, scaled(1.5))
     done, _ = cf.wait(quick, timeout=scaled(0.6))
     assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    slow.result(timeout=scaled(30))
+
+
+@check
+def calls_submitted_after_a_slow_one_do_not_wait_for_it(ex):
+    """The calls bundled behind a slow call are given back by its worker and run on a
+    free thread (ProcessPoolExecutor: no wait either).  With one worker there is none."""
+    if len(ex.worker_memory_limits()) < 2:
+        return
+    list(ex.map(snooze, [0] * 200))  # measured as short: submits are bundled
+    slow = ex.submit(snooze, scaled(2))
+    quick = [ex.submit(snooze, 0) for _ in range(10)]
+    done, _ = cf.wait(quick, timeout=scaled(1))
+    assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    slow.result(timeout=scaled(30))
+
+
+@check
+def a_call_given_back_still_feeds_the_call_that_takes_it(ex):
+    """A future already sent behind a slow call in a bundle, then passed to another call,
+    reaches that call with its value once its worker gives it back."""
+    list(ex.map(drowse, [0] * 200))
+    slow = ex.submit(drowse, scaled(1.5))
+    quick = [ex.submit(drowse, 0) for _ in range(5)]
+    wait_until(lambda: quick[-1].running() or quick[-1].done(), scaled(10),
+               "the quick calls were sent")
+    dependent = ex.submit(add, quick[-1], 7)
+    assert dependent.result(timeout=scaled(30)) == 7
     slow.result(timeout=scaled(30))
 
 

@@ -103,6 +103,7 @@ class TaskBridge:
                                  self._recovery.lost_directly, self._completions.in_background,
                                  self._connection_lost)
         self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct)
+        completions.given_back = self._submits.given_back
         self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
                                    self.break_executor)
         self.batcher.open(self._submits)

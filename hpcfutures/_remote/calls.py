@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,7 @@ from .tracebacks import _annotate, location, restore_traceback, set_location
 __all__ = [
     "BundleOutcome",
     "ChunkOutcome",
+    "GivenBack",
     "Rows",
     "fail_with",
     "location",
@@ -319,9 +321,12 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) ->
     seconds: list = []
     idle = _idle_before()
     mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
-    stream_start(results, len(listed))
+    claim = itertools.count()  # the calls behind a slow one may be given back (express.py)
+    stream_start(results, len(listed), claim)
     try:
         for index, (fn, args, kwargs) in enumerate(listed):
+            if next(claim) != index:
+                break  # the rest was given back: the client sends it again
             mark(index)
             started = time.perf_counter()
             if fn is fail_with:  # its error already says where and why
@@ -369,8 +374,15 @@ def fail_with(error: BaseException) -> Any:
     raise error
 
 
+class GivenBack(Exception):
+    """A call picked out of a bundle that gave it back: it ran in another bundle,
+    and the call that took it as an argument is sent again with its value."""
+
+
 def pick(outcome: BundleOutcome, index: int) -> Any:
     """One call's value out of a bundle (when its future becomes an argument)."""
+    if index >= len(outcome.results):
+        raise GivenBack(f"call {index} of its bundle was given back to run elsewhere")
     ok, value = outcome.results[index]
     if ok:  # kept on this worker for the task that takes it (see run_task)
         return _checked(value, "the task's result")

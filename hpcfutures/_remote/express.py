@@ -28,13 +28,18 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["EXPRESS_BYTES", "STREAM_AFTER", "Early", "express", "held_back", "set_sender",
-           "small_pickle", "stream_end", "stream_start"]
+__all__ = ["EXPRESS_BYTES", "GIVE_BACK_AFTER", "STREAM_AFTER", "Early", "express", "held_back",
+           "set_sender", "small_pickle", "stream_end", "stream_start"]
 
 #: The largest pickled result that travels with its task's end.  A map chunk's
 #: results or a bundle's outcomes are one result here; the scheduler only passes
 #: the bytes on (no unpickling), so its cost is a copy and a message's share.
 EXPRESS_BYTES = 32 * 1024
+#: Seconds a bundle's call may run, with calls of the bundle waiting behind it,
+#: before the worker gives those back (and at least ten times the mean of the
+#: bundle's calls that finished): a call found slower than its bundle was sized
+#: for holds up only itself, while the others go to a thread that is free.
+GIVE_BACK_AFTER = 0.1
 #: Seconds a group of calls runs before the outcomes of its finished calls start
 #: to travel ahead of its end (then again every as many seconds while it runs).
 #: A group sized by the batching engine (50 ms of work) usually ends first, so
@@ -60,16 +65,21 @@ def set_sender(send: Callable[[bytes], None] | None, bind: Callable[[], Any] | N
 class Early:
     """Outcomes of a running group's first calls, sent ahead of the group's end:
     ``outcomes[i]`` is call ``first + i``'s (a map chunk's value, or a bundle's
-    ``(ok, value)``).  The group's own outcome still holds every call's."""
+    ``(ok, value)``).  The group's own outcome still holds every call's.
 
-    __slots__ = ("first", "outcomes")
+    ``rest``, when not None: the worker gives back the group's calls from that
+    index on (none of them will run here: see :class:`_Ticker`), for the client
+    to send again."""
 
-    def __init__(self, first: int, outcomes: list) -> None:
+    __slots__ = ("first", "outcomes", "rest")
+
+    def __init__(self, first: int, outcomes: list, rest: int | None = None) -> None:
         self.first = first
         self.outcomes = outcomes
+        self.rest = rest
 
-    def __reduce__(self) -> tuple[Any, tuple[int, list]]:
-        return Early, (self.first, self.outcomes)
+    def __reduce__(self) -> tuple[Any, tuple[int, list, int | None]]:
+        return Early, (self.first, self.outcomes, self.rest)
 
 
 class _TooLarge(Exception):
@@ -116,7 +126,8 @@ class _Slot:
     """A worker thread's running group: its outcomes, as the thread appends them, and
     how many were sent ahead.  One per thread, reused by each group it runs."""
 
-    __slots__ = ("key", "outcomes", "send", "sent", "started", "task_key")
+    __slots__ = ("calls", "claim", "key", "outcomes", "seen", "seen_at", "send", "sent",
+                 "started", "task_key")
 
     def __init__(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None]) -> None:
         self.task_key = task_key
@@ -125,6 +136,46 @@ class _Slot:
         self.outcomes: list | None = None
         self.sent = 0
         self.started = 0.0
+        #: A bundle's calls, and the counter its thread claims each call from (None: the
+        #: group gives nothing back); what the ticker last saw finished, and since when.
+        self.calls = 0
+        self.claim: Iterator[int] | None = None
+        self.seen = 0
+        self.seen_at = 0.0
+
+    def give_back(self, now: float) -> None:
+        """Take the calls after the running one away from the group, if that call has
+        run for :data:`GIVE_BACK_AFTER` s and ten times the group's mean so far, and
+        tell the client (ticker's thread).
+
+        The group's thread claims each call from ``claim`` before it starts it, and
+        stops at a claim that is not the index it expects: the one taken here is the
+        first call given back, so no call both runs here and is given back."""
+        outcomes, claim = self.outcomes, self.claim
+        if outcomes is None or claim is None:
+            return
+        done = len(outcomes)
+        if done != self.seen or self.seen_at < self.started:
+            self.seen, self.seen_at = done, now
+            return
+        mean = (self.seen_at - self.started) / done if done else 0.0
+        if done >= self.calls - 1 or now - self.seen_at < max(GIVE_BACK_AFTER, 10 * mean):
+            return
+        rest = next(claim)
+        self.claim = None
+        if rest >= self.calls or self.outcomes is not outcomes:
+            return  # the group ended meanwhile
+        sent, upto = self.sent, min(len(outcomes), rest)
+        try:
+            payload = small_pickle(Early(sent, outcomes[sent:upto], rest))
+        except BaseException:  # an outcome that cannot travel comes with the group's end
+            payload = None
+        if payload is None:
+            payload = small_pickle(Early(sent, [], rest))
+        else:
+            self.sent = max(sent, upto)
+        if payload is not None:
+            self.send(self.key, payload)
 
     def flush(self) -> None:
         """Send the outcomes appended since the last flush; none more of this group
@@ -175,11 +226,13 @@ class _Ticker:
         while True:
             self.busy.wait()
             time.sleep(STREAM_AFTER / 2)
-            due = time.monotonic() - STREAM_AFTER
+            now = time.monotonic()
+            due = now - STREAM_AFTER
             running = False
             for slot in list(self.slots.values()):
                 if slot.outcomes is not None:
                     running = True
+                    slot.give_back(now)
                     if slot.started <= due:
                         slot.flush()
             if not running:
@@ -190,11 +243,12 @@ _ticker = _Ticker()
 _thread_slot = threading.local()
 
 
-def stream_start(outcomes: list, calls: int) -> None:
+def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None) -> None:
     """A group of ``calls`` calls starts on this thread: the outcomes appended to
     ``outcomes`` travel to the client ahead of the group's end once it has run for
     :data:`STREAM_AFTER` s, until :func:`stream_end` (nothing is sent for a group of
-    one call, or outside a worker)."""
+    one call, or outside a worker).  With ``claim`` (a bundle's), the calls behind a
+    slow one may be given back (``_Slot.give_back``)."""
     if calls < 2 or _bind is None:
         return
     slot = getattr(_thread_slot, "slot", None)
@@ -206,6 +260,7 @@ def stream_start(outcomes: list, calls: int) -> None:
     slot.key = slot.task_key()
     slot.sent = 0
     slot.started = time.monotonic()
+    slot.calls, slot.claim = calls, claim
     slot.outcomes = outcomes
     if not _ticker.busy.is_set():
         _ticker.busy.set()
@@ -215,7 +270,7 @@ def stream_end() -> None:
     """The group on this thread ended: nothing more of it is sent ahead."""
     slot = getattr(_thread_slot, "slot", None)
     if slot is not None:
-        slot.outcomes = None
+        slot.outcomes = slot.claim = None
 
 
 @contextlib.contextmanager

@@ -192,6 +192,12 @@ class Batcher:
                 self._count_out(stream)
             return call
 
+    def count_out(self, stream: Stream) -> None:
+        """Count one more group of ``stream`` in flight, cut outside the engine (calls
+        a worker gave back, sent again as a group of their own)."""
+        with self._lock:
+            self._count_out(stream)
+
     # ----------------------------------------------------------------- groups
     @property
     def in_flight(self) -> int:

@@ -44,6 +44,8 @@ class SubmitStream(Stream):
         self._batcher = batcher
         self._sender = sender
         self._wake = wake
+        #: Each bundle on the workers -> its calls (until it comes back).
+        self._calls_of: dict[TaskFuture, list] = {}
         self._direct = direct
 
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
@@ -109,7 +111,29 @@ class SubmitStream(Stream):
         for index, (future, *_rest) in enumerate(calls):
             future._bundle = (bundle, index)
             mark_running(future)
+        self._calls_of[bundle] = calls
         bundle.add_done_callback(lambda done: self._finished(cast(TaskFuture, done), calls))
+
+    def given_back(self, bundle: TaskFuture, rest: int) -> None:
+        """The worker gave back ``bundle``'s calls from ``rest`` on (a call before them
+        ran long: ``_remote/express.py``): they go again as a bundle of their own, for
+        a free thread; ``bundle`` keeps the calls before them (loop thread)."""
+        calls = self._calls_of.get(bundle)
+        if calls is None or rest >= len(calls):
+            return  # came back already, or given back already
+        again = calls[rest:]
+        del calls[rest:]
+        if bundle._members is not None:
+            del bundle._members[rest:]
+        if bundle._recipe is not None:  # sent again without them, should its worker die
+            runner, fn, args, kwargs, depends = bundle._recipe
+            bundle._recipe = (runner, fn, (args[0][:rest], *args[1:]), kwargs, depends)
+        for future, *_rest in again:
+            # A pick of it out of this bundle fails (GivenBack): its dependent is sent
+            # again once it is settled (recovery.py), with a pick from its new bundle.
+            future._dask = None
+        self._batcher.count_out(self)
+        self.dispatch(again)
 
     def drained(self, calls: list, error: BaseException) -> None:
         """The executor drained: the calls still held here fail with ``error``."""
@@ -126,6 +150,10 @@ class SubmitStream(Stream):
 
     def _finished(self, bundle: TaskFuture, calls: list) -> None:
         error = bundle.exception()
+        if error is None and len(bundle.result().results) < len(calls):
+            # Its worker gave calls back, and the word of it did not arrive first.
+            self.given_back(bundle, len(bundle.result().results))
+        self._calls_of.pop(bundle, None)
         if error is not None:  # the whole bundle failed (lost worker, unpicklable result...)
             self._batcher.done(self)
             for future, *_rest in calls:

@@ -76,6 +76,9 @@ class Completions:
         #: A map chunk's future -> ``take(first, values)``: its first results, sent
         #: ahead of its end while it runs (``_remote/express.py``, ``streaming``).
         self.early_outcomes: dict[TaskFuture, Callable[[int, list], None]] = {}
+        #: ``given_back(bundle, rest)``: its worker gave back its calls from ``rest`` on,
+        #: which must be sent again (bundles.py); set by the bridge.
+        self.given_back: Callable[[TaskFuture, int], None] | None = None
 
     @property
     def fetching(self) -> int:
@@ -153,6 +156,8 @@ class Completions:
                 settle(member, result=value)
             else:
                 settle(member, exception=restore_traceback(value))
+        if early.rest is not None and self.given_back is not None:
+            self.given_back(group, early.rest)
 
     async def ends_heard(self, timeout: float) -> None:
         """Wait (up to ``timeout`` s) until Dask has told the end of every task whose

@@ -188,7 +188,7 @@ def settle(future: cf.Future, result: Any = None, exception: BaseException | Non
 
 def mark_running(future: cf.Future) -> None:
     """Sent to a worker: like ``ProcessPoolExecutor``'s call queue, no longer cancellable."""
-    if future.done():
+    if future.done() or future.running():  # running: sent again (given back by a worker)
         return
     try:
         future.set_running_or_notify_cancel()

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._errors import WorkerCrashError
-from ..._remote.calls import fail_with, restore_traceback, run_bundle, run_chunk_task
+from ..._remote.calls import GivenBack, fail_with, restore_traceback, run_bundle, run_chunk_task
 from ..._remote.carried import uncarried
 from ..._remote.deathwatch import function_name
 from ..._support.patience import Patience
@@ -92,6 +92,10 @@ class Recovery:
 
     def lost(self, dask_future: Any, future: TaskFuture, exception: BaseException) -> bool:
         """Take over ``future`` if its task was lost with a worker; whether it did."""
+        if isinstance(exception, GivenBack) and future._recipe is not None:
+            # An argument picked out of a bundle that gave that call back to run elsewhere.
+            self._background(self._after_arguments(future, future._recipe))
+            return True
         lost = self._dask.lost_worker(exception)
         if lost is None or getattr(future, "_recipe", None) is None:
             return False
