@@ -309,10 +309,13 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
     return result
 
 
-def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) -> BundleOutcome:
+def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried,
+               may_give_back: bool = True) -> BundleOutcome:
     """Run ``submit`` calls one after another; each succeeds or fails on its own.
 
     ``calls`` comes in one :class:`~.carried.Carried` box (see sending.py), or bare.
+    The calls behind one that runs long are given back (``express.py``), unless
+    ``may_give_back`` is false: the outcome then holds fewer results than calls.
     """
     listed: list[tuple[Callable[..., Any], tuple, dict]] = (
         calls.args if isinstance(calls, Carried) else calls)
@@ -322,7 +325,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) ->
     idle = _idle_before()
     mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
     claim = itertools.count()  # the calls behind a slow one may be given back (express.py)
-    stream_start(results, len(listed), claim)
+    stream_start(results, len(listed), claim if may_give_back else None)
     try:
         for index, (fn, args, kwargs) in enumerate(listed):
             if next(claim) != index:

@@ -197,7 +197,7 @@ class Recovery:
         elif runner is run_bundle and len(args[0]) > 1:
             calls = list(args[0])
             calls[index] = (fail_with, (crash,), {})
-            self._resend(future, (runner, fn, (calls,), kwargs, depends))
+            self._resend(future, (runner, fn, (calls, *args[1:]), kwargs, depends))
         else:  # one call (run_task), a chunk's first item, a bundle of one
             settle(future, exception=restore_traceback(crash))
 

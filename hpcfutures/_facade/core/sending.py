@@ -191,7 +191,9 @@ class Sender:
         resources = _bundle_resources(args)  # read before the functions are shipped
         sent = args
         if runner is run_bundle:  # its calls' functions travel as a batch's do
-            args = (self._shipped_calls(args[0]), *args[1:])
+            # With the summary on, the scheduler counts a bundle's calls where it ran
+            # (its annotation): such a bundle's worker gives none of them back.
+            args = (self._shipped_calls(args[0]), not self.count_calls)
             sent = (Carried(args[0], {}), *args[1:])  # and Dask never reads the calls
         try:
             with self._counted(calls):
