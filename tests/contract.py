@@ -256,6 +256,26 @@ def calls_submitted_after_a_slow_one_do_not_wait_for_it(ex):
     slow.result(timeout=scaled(30))
 
 
+def linger(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@check
+def calls_queued_behind_a_slow_one_move_to_a_free_worker(ex):
+    """A function measured as slow goes one call a task, two tasks a thread on their
+    way; a task the scheduler queued on a worker behind a call that runs long moves to
+    a free worker within a fraction of a second (ProcessPoolExecutor: no wait)."""
+    if len(ex.worker_memory_limits()) < 2:
+        return
+    ex.submit(linger, 0.5).result(timeout=scaled(30))  # measured: half a second a call
+    slow = ex.submit(linger, scaled(2.5))
+    quick = [ex.submit(linger, 0) for _ in range(6)]
+    done, _ = cf.wait(quick, timeout=scaled(1.2))  # 2 s with Dask's own pace (stealing: 1 s)
+    assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    slow.result(timeout=scaled(30))
+
+
 @check
 def a_call_given_back_still_feeds_the_call_that_takes_it(ex):
     """A future already sent behind a slow call in a bundle, then passed to another call,

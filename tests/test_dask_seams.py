@@ -1129,6 +1129,34 @@ def test_an_idle_worker_neither_profiles_nor_ticks_fifty_times_a_second():
 
 
 
+def test_a_small_launch_steals_often_and_a_worker_reports_a_long_call_at_once():
+    """WorkStealing reads distributed.scheduler.work-stealing-interval when the scheduler
+    is made (hpcfutures sets 100 ms on a launch of at most 64 workers; a user's own
+    value stays); Worker.heartbeat can be called at once, and the scheduler hears what
+    the worker runs and for how long (Worker.periodic_callbacks['heartbeat'] says how
+    often Dask itself sends it: the nudge only goes where that is at most a second)."""
+    from hpcfutures._dask import tuning
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            with seam("WorkStealing._callback_time from work-stealing-interval"):
+                assert cluster.scheduler.extensions["stealing"]._callback_time == 0.1
+            (worker,) = cluster.workers
+            dask_worker = worker._worker
+            with seam("Worker.periodic_callbacks['heartbeat'], Worker.heartbeat"):
+                assert dask_worker.periodic_callbacks["heartbeat"].callback_time <= 1000
+                state = cluster.scheduler.workers[dask_worker.address]
+                before = state.last_seen
+                await dask_worker.heartbeat()
+                assert state.last_seen > before, "the scheduler did not hear the heartbeat"
+
+    run(scenario())
+    with dask.config.set({tuning.STEALING_KEY: "250ms"}), tuning.stealing_often(2):
+        assert dask.config.get(tuning.STEALING_KEY) == "250ms"  # the user's value stays
+    with tuning.stealing_often(tuning.STEAL_OFTEN_UP_TO + 1):
+        assert dask.config.get(tuning.STEALING_KEY) == tuning._dask_default(tuning.STEALING_KEY)
+
+
 def test_without_retries_the_scheduler_keeps_no_queue():
     """Scheduler.WORKER_SATURATION = inf (set by SchedulerService without retries):
     results lost with a worker are computed again at once, not held in Dask's queue

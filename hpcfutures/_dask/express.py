@@ -41,9 +41,18 @@ def send_express(payload: bytes) -> None:
                                  {"op": EXPRESS_OP, "key": key, "payload": payload})
 
 
-def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None]] | None:
-    """For a worker thread: how to read the key of the task it runs, and how to send a
-    task's small results from any thread; None outside a worker."""
+#: The longest heartbeat period (ms) at which a worker tells the scheduler early of a
+#: call that runs long (``bind_to_thread``).
+NUDGE_UP_TO_MS = 1000
+
+
+def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
+                              Callable[[], None]] | None:
+    """For a worker thread: how to read the key of the task it runs, how to send a
+    task's small results from any thread, and how to tell the scheduler at once what
+    the worker runs and for how long (its heartbeat, sent early: the scheduler's work
+    stealing then sees a call that runs long, and moves a group queued behind it to a
+    free worker); None outside a worker."""
     from distributed.worker import get_worker, thread_state
 
     try:
@@ -58,7 +67,13 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None]] |
         worker.loop.add_callback(worker.batched_send,
                                  {"op": EXPRESS_OP, "key": key, "payload": payload})
 
-    return task_key, send
+    def nudge() -> None:
+        # Only where Dask's own heartbeats come every second or more often (up to 50
+        # workers): a larger launch spaces them out to spare its scheduler.
+        if worker.periodic_callbacks["heartbeat"].callback_time <= NUDGE_UP_TO_MS:
+            worker.loop.add_callback(worker.heartbeat)
+
+    return task_key, send, nudge
 
 
 def relay_express_results(scheduler: Scheduler) -> None:

@@ -225,7 +225,8 @@ class SchedulerService:
             # A taken dashboard port is replaced by a free one; the client's
             # dashboard line gives the port in use, so Dask's warning is noise.
             warnings.filterwarnings("ignore", message="Port .* is already in use")
-            scheduler = _Scheduler(**self._options)
+            with tuning.stealing_often(self.coordinator.expected_workers):
+                scheduler = _Scheduler(**self._options)
         if not self._retry_lost_tasks:
             # No queue on the scheduler: the client's batching engine already sends
             # no more than the workers can take.  Dask's queue also holds the

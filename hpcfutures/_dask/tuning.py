@@ -20,13 +20,15 @@ bytecodes, or while it waits in C code that releases the GIL).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
 import dask.config
 from dask.utils import parse_timedelta
 
-__all__ = ["SETTINGS", "apply", "patient_connects"]
+__all__ = ["SETTINGS", "STEALING_INTERVAL", "STEAL_OFTEN_UP_TO", "apply", "patient_connects",
+           "stealing_often", "users_setting"]
 
 #: hpcfutures' values, and why (Dask's defaults in brackets).
 SETTINGS: dict[str, Any] = {
@@ -67,6 +69,32 @@ def _named_in_environment(key: str) -> bool:
     return any(name.upper().replace("-", "_") == wanted for name in os.environ)
 
 
+#: Seconds between Dask's work-stealing passes on a launch of at most
+#: :data:`STEAL_OFTEN_UP_TO` workers ([1 s], which stays at larger sizes: each pass
+#: costs the scheduler time in the number of busy and idle workers).  A group the
+#: scheduler placed on a worker behind a call that turned out slow moves to a free
+#: worker within a pass of the scheduler hearing how long that call runs, which the
+#: worker tells it at once (``_remote/express.py``, ``_dask/express.py``).
+STEALING_INTERVAL = "100ms"
+STEAL_OFTEN_UP_TO = 64
+STEALING_KEY = "distributed.scheduler.work-stealing-interval"
+
+
+def stealing_often(expected_workers: int | None) -> contextlib.AbstractContextManager:
+    """Dask's configuration for a scheduler made inside: work stealing every
+    :data:`STEALING_INTERVAL` on a small launch (``expected_workers`` None: the
+    laptop's local workers), unless the user set the interval."""
+    small = expected_workers is None or expected_workers <= STEAL_OFTEN_UP_TO
+    if not small or users_setting(STEALING_KEY):
+        return contextlib.nullcontext()
+    return dask.config.set({STEALING_KEY: STEALING_INTERVAL})
+
+
+def users_setting(key: str) -> bool:
+    """Whether the user set ``key`` (see :func:`apply`)."""
+    return dask.config.get(key, None) != _dask_default(key) or _named_in_environment(key)
+
+
 def apply() -> None:
     """Set :data:`SETTINGS` in this process, except those the user has set.
 
@@ -74,9 +102,7 @@ def apply() -> None:
     variable gives, even when it equals Dask's default (``...PROFILE__ENABLED=True``
     turns Dask's profiler back on, which a value equal to the default in a
     config file cannot: Dask does not say where a value came from)."""
-    ours = {key: value for key, value in SETTINGS.items()
-            if dask.config.get(key, None) == _dask_default(key)
-            and not _named_in_environment(key)}
+    ours = {key: value for key, value in SETTINGS.items() if not users_setting(key)}
     if ours:
         dask.config.set(ours)
 

@@ -126,12 +126,16 @@ class _Slot:
     """A worker thread's running group: its outcomes, as the thread appends them, and
     how many were sent ahead.  One per thread, reused by each group it runs."""
 
-    __slots__ = ("calls", "claim", "key", "outcomes", "seen", "seen_at", "send", "sent",
-                 "started", "task_key")
+    __slots__ = ("calls", "claim", "key", "nudge", "nudged", "outcomes", "seen", "seen_at",
+                 "send", "sent", "started", "task_key")
 
-    def __init__(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None]) -> None:
+    def __init__(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None],
+                 nudge: Callable[[], None]) -> None:
         self.task_key = task_key
         self.send = send
+        #: Tells the scheduler now what this worker runs (see _Ticker); once per group.
+        self.nudge = nudge
+        self.nudged = False
         self.key: Any = None
         self.outcomes: list | None = None
         self.sent = 0
@@ -202,8 +206,12 @@ class _Slot:
 class _Ticker:
     """One thread per worker process that sends the finished calls of the groups that
     have run for :data:`STREAM_AFTER` s, every half of that while any group runs, and
-    sleeps on an event while none does.  A group costs a few attribute writes on its
-    thread's slot: a map of 10⁵ tiny calls runs some 1,500 groups in a tenth of a second."""
+    sleeps on an event while none does.  It gives back a bundle's calls waiting
+    behind a slow one (:meth:`_Slot.give_back`), and has the scheduler told of a
+    group that has run :data:`GIVE_BACK_AFTER` s (once per group), so that Dask
+    moves the groups queued on this worker behind it to a free one.  A group costs a
+    few attribute writes on its thread's slot: a map of 10⁵ tiny calls runs some
+    1,500 groups in a tenth of a second."""
 
     def __init__(self) -> None:
         self.slots: dict[int, _Slot] = {}
@@ -211,9 +219,10 @@ class _Ticker:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def slot(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None]) -> _Slot:
+    def slot(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None],
+             nudge: Callable[[], None]) -> _Slot:
         """A slot for the calling thread (made once per thread)."""
-        slot = _Slot(task_key, send)
+        slot = _Slot(task_key, send, nudge)
         with self._lock:
             self.slots[threading.get_ident()] = slot
             if self._thread is None:
@@ -232,9 +241,13 @@ class _Ticker:
             for slot in list(self.slots.values()):
                 if slot.outcomes is not None:
                     running = True
-                    slot.give_back(now)
-                    if slot.started <= due:
-                        slot.flush()
+                    if slot.calls > 1:
+                        slot.give_back(now)
+                        if slot.started <= due:
+                            slot.flush()
+                    if not slot.nudged and now - slot.started >= GIVE_BACK_AFTER:
+                        slot.nudged = True
+                        slot.nudge()
             if not running:
                 self.busy.clear()
 
@@ -249,7 +262,7 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None)
     :data:`STREAM_AFTER` s, until :func:`stream_end` (nothing is sent for a group of
     one call, or outside a worker).  With ``claim`` (a bundle's), the calls behind a
     slow one may be given back (``_Slot.give_back``)."""
-    if calls < 2 or _bind is None:
+    if _bind is None:
         return
     slot = getattr(_thread_slot, "slot", None)
     if slot is None:
@@ -261,6 +274,7 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None)
     slot.sent = 0
     slot.started = time.monotonic()
     slot.calls, slot.claim = calls, claim
+    slot.nudged = False
     slot.outcomes = outcomes
     if not _ticker.busy.is_set():
         _ticker.busy.set()
