@@ -80,7 +80,7 @@ STEAL_OFTEN_UP_TO = 64
 STEALING_KEY = "distributed.scheduler.work-stealing-interval"
 
 
-def stealing_often(expected_workers: int | None) -> contextlib.AbstractContextManager:
+def stealing_often(expected_workers: int | None) -> contextlib.AbstractContextManager[Any]:
     """Dask's configuration for a scheduler made inside: work stealing every
     :data:`STEALING_INTERVAL` on a small launch (``expected_workers`` None: the
     laptop's local workers), unless the user set the interval."""
