@@ -144,3 +144,41 @@ def test_on_the_laptop_small_results_are_never_fetched_and_large_ones_are(monkey
         # A map: a lone submit would go straight to a worker, its result in the answer.
         assert list(ex.map(echo, [large, large])) == [large, large]
         assert gathers, "a result past the cap came through the scheduler"
+
+
+def _run_on_a_worker_thread(early: bool) -> tuple[list, list]:
+    """A chunk whose second item is slow, run on a thread of its own (a fresh slot) with
+    a made-up sender: what travelled ahead, and the early heartbeats."""
+    import time
+
+    from hpcfutures._remote import express
+    from hpcfutures._remote.calls import run_chunk
+
+    sent: list = []
+    nudges: list = []
+    express.set_sender(lambda payload: None,
+                       lambda: (lambda: "chunk-key", lambda key, payload: sent.append(
+                           pickle.loads(payload)), lambda: nudges.append(1)))
+    try:
+        thread = threading.Thread(target=run_chunk, args=(
+            time.sleep, [(0.0,), (4 * express.GIVE_BACK_AFTER,), (0.0,)]),
+            kwargs={"early": early})
+        thread.start()
+        thread.join(30)
+    finally:
+        express.set_sender(None)
+    return sent, nudges
+
+
+def test_a_running_chunk_sends_its_finished_items_ahead_only_on_a_small_launch():
+    """On a small launch the first item's outcome travels while the slow second runs, and
+    the scheduler is told early; on a large one (``early`` false) neither happens."""
+    from hpcfutures._facade.core.batching import small_launch
+    from hpcfutures._remote.express import Early
+
+    assert small_launch(50) and not small_launch(51)
+    sent, nudges = _run_on_a_worker_thread(early=True)
+    assert [(early.first, early.outcomes) for early in sent if isinstance(early, Early)][:1] \
+        == [(0, [None])], sent
+    assert nudges == [1]
+    assert _run_on_a_worker_thread(early=False) == ([], [])

@@ -43,7 +43,7 @@ from .._remote.calls import Rows, run_chunk_task, run_task
 from .._support.loop import LoopThread
 from .._support.patience import Patience
 from .core.arguments import futures_in
-from .core.batching import Batcher
+from .core.batching import Batcher, small_launch
 from .core.bundles import SubmitStream
 from .core.capacity import WorkerMemory, ask_worker_memory
 from .core.completions import Completions
@@ -94,6 +94,7 @@ class TaskBridge:
         self.early_outcomes = completions.early_outcomes
         self._sender = Sender(client, self._completions.follow, self._send_held_now,
                               self._requeue)
+        self._sender.small = lambda: small_launch(self._total_threads)
         self._recovery = Recovery(client, self._sender.resend, self.break_executor,
                                   self._completions.in_background)
         self._completions.recover = self._recovery.lost
@@ -184,7 +185,8 @@ class TaskBridge:
             broken = self._broken
             if broken is None:
                 self._outstanding.add(future)
-                self._queue.append((future, run_chunk_task, fn, (chunk,), {}, depends))
+                early = {} if small_launch(self._total_threads) else {"early": False}
+                self._queue.append((future, run_chunk_task, fn, (chunk,), early, depends))
         if broken is not None:
             settle(future, exception=broken)
         else:

@@ -178,7 +178,8 @@ class ChunkOutcome:
         return self.values, error
 
 
-def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True) -> ChunkOutcome:
+def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True,
+              early: bool = True) -> ChunkOutcome:
     """Call ``fn`` on each argument tuple of a ``map`` chunk, in order (with
     ``spread`` false, ``chunk`` holds each call's only argument instead).
 
@@ -195,7 +196,7 @@ def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True) -> C
             fn = unship(fn)
         except BaseException as exc:  # the first call's error: it could not run
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
-        stream_start(values, len(chunk))
+        stream_start(values, len(chunk), early=early)
         for index, args in enumerate(chunk):
             mark(index)
             try:
@@ -250,16 +251,18 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
 
     ``kwargs`` may hold ``then``: the error of the item after the chunk (a
     chunk cut short because that item killed its worker runs again without
-    it, and ends with its error).
+    it, and ends with its error); and ``early``: false on a large launch, where
+    the finished items do not travel ahead of the chunk's end (express.py).
     """
     args, kwargs = uncarried(args, kwargs)
     chunk = args[0]
     idle = _idle_before()
     try:
+        early = kwargs.get("early", True)
         if isinstance(chunk, Rows):
-            outcome = run_chunk(fn, chunk.items, chunk.spread)
+            outcome = run_chunk(fn, chunk.items, chunk.spread, early)
         else:
-            outcome = run_chunk(fn, chunk)
+            outcome = run_chunk(fn, chunk, early=early)
     finally:
         _group_ended()
     outcome.idle = idle
@@ -310,12 +313,13 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
 
 
 def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried,
-               may_give_back: bool = True) -> BundleOutcome:
+               may_give_back: bool = True, early: bool = True) -> BundleOutcome:
     """Run ``submit`` calls one after another; each succeeds or fails on its own.
 
     ``calls`` comes in one :class:`~.carried.Carried` box (see sending.py), or bare.
     The calls behind one that runs long are given back (``express.py``), unless
     ``may_give_back`` is false: the outcome then holds fewer results than calls.
+    With ``early`` false (a large launch) its finished calls do not travel ahead.
     """
     listed: list[tuple[Callable[..., Any], tuple, dict]] = (
         calls.args if isinstance(calls, Carried) else calls)
@@ -325,7 +329,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried,
     idle = _idle_before()
     mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
     claim = itertools.count()  # the calls behind a slow one may be given back (express.py)
-    stream_start(results, len(listed), claim if may_give_back else None)
+    stream_start(results, len(listed), claim if may_give_back else None, early)
     try:
         for index, (fn, args, kwargs) in enumerate(listed):
             if next(claim) != index:

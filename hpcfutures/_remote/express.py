@@ -126,8 +126,8 @@ class _Slot:
     """A worker thread's running group: its outcomes, as the thread appends them, and
     how many were sent ahead.  One per thread, reused by each group it runs."""
 
-    __slots__ = ("calls", "claim", "key", "nudge", "nudged", "outcomes", "seen", "seen_at",
-                 "send", "sent", "started", "task_key")
+    __slots__ = ("calls", "claim", "early", "key", "nudge", "nudged", "outcomes", "seen",
+                 "seen_at", "send", "sent", "started", "task_key")
 
     def __init__(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None],
                  nudge: Callable[[], None]) -> None:
@@ -136,6 +136,9 @@ class _Slot:
         #: Tells the scheduler now what this worker runs (see _Ticker); once per group.
         self.nudge = nudge
         self.nudged = False
+        #: Whether finished calls travel ahead and the scheduler is told of a long call
+        #: (a small launch: the client says so with the group).
+        self.early = True
         self.key: Any = None
         self.outcomes: list | None = None
         self.sent = 0
@@ -243,9 +246,9 @@ class _Ticker:
                     running = True
                     if slot.calls > 1:
                         slot.give_back(now)
-                        if slot.started <= due:
+                        if slot.early and slot.started <= due:
                             slot.flush()
-                    if not slot.nudged and now - slot.started >= GIVE_BACK_AFTER:
+                    if slot.early and not slot.nudged and now - slot.started >= GIVE_BACK_AFTER:
                         slot.nudged = True
                         slot.nudge()
             if not running:
@@ -256,12 +259,15 @@ _ticker = _Ticker()
 _thread_slot = threading.local()
 
 
-def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None) -> None:
+def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None,
+                 early: bool = True) -> None:
     """A group of ``calls`` calls starts on this thread: the outcomes appended to
     ``outcomes`` travel to the client ahead of the group's end once it has run for
     :data:`STREAM_AFTER` s, until :func:`stream_end` (nothing is sent for a group of
     one call, or outside a worker).  With ``claim`` (a bundle's), the calls behind a
-    slow one may be given back (``_Slot.give_back``)."""
+    slow one may be given back (``_Slot.give_back``).  With ``early`` false (a large
+    launch) nothing travels ahead and the scheduler is not told early of a long call:
+    only calls may be given back."""
     if _bind is None:
         return
     slot = getattr(_thread_slot, "slot", None)
@@ -273,7 +279,7 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None)
     slot.key = slot.task_key()
     slot.sent = 0
     slot.started = time.monotonic()
-    slot.calls, slot.claim = calls, claim
+    slot.calls, slot.claim, slot.early = calls, claim, early
     slot.nudged = False
     slot.outcomes = outcomes
     if not _ticker.busy.is_set():

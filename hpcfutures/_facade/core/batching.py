@@ -56,7 +56,7 @@ from typing import Any
 from .durations import Durations
 from .pacing import CEILING, Pacing
 
-__all__ = ["Batcher", "Stream"]
+__all__ = ["Batcher", "Stream", "small_launch"]
 
 #: Seconds of measured work one group should carry.  One figure for both
 #: paths: long enough that a task's fixed cost (about a millisecond) stays a
@@ -82,6 +82,14 @@ TASKS_PER_SECOND = 1000
 PROBES = 100
 #: Shortest duration believed: keeps sizes finite for calls measured as free.
 _FLOOR_SECONDS = 1e-7
+
+
+def small_launch(threads: int) -> bool:
+    """Whether a launch of ``threads`` worker threads is small enough that a group may
+    send its finished calls ahead of its end and have its worker tell the scheduler of
+    a long call at once (``_remote/express.py``): one whose groups are not sized by
+    the pace, where those messages would add to what the scheduler sustains."""
+    return not _sized_by_pace(threads)
 
 
 def _sized_by_pace(threads: int) -> bool:

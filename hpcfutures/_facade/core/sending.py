@@ -83,6 +83,8 @@ class Sender:
         self._counter = itertools.count()
         #: Annotate tasks with their call counts (only for the end-of-run summary).
         self.count_calls = False
+        #: Whether the launch is small (``batching.small_launch``; set by the bridge).
+        self.small: Callable[[], bool] = lambda: True
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}{name}-{next(self._counter)}"
@@ -192,8 +194,9 @@ class Sender:
         sent = args
         if runner is run_bundle:  # its calls' functions travel as a batch's do
             # With the summary on, the scheduler counts a bundle's calls where it ran
-            # (its annotation): such a bundle's worker gives none of them back.
-            args = (self._shipped_calls(args[0]), not self.count_calls)
+            # (its annotation): such a bundle's worker gives none of them back.  On a
+            # large launch its finished calls do not travel ahead (batching.small_launch).
+            args = (self._shipped_calls(args[0]), not self.count_calls, self.small())
             sent = (Carried(args[0], {}), *args[1:])  # and Dask never reads the calls
         try:
             with self._counted(calls):
