@@ -268,8 +268,8 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None,
     slow one may be given back (``_Slot.give_back``).  With ``early`` false (a large
     launch) nothing travels ahead and the scheduler is not told early of a long call:
     only calls may be given back."""
-    if _bind is None:
-        return
+    if _bind is None or (not early and claim is None):
+        return  # nothing to send ahead, nothing to give back: the ticker stays asleep
     slot = getattr(_thread_slot, "slot", None)
     if slot is None:
         bound = _bind()
