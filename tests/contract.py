@@ -207,7 +207,7 @@ def map_timeout_yields_the_results_that_were_ready(ex):
     list(ex.map(nap, [0] * 200))  # measured as short: the next map goes in few chunks
     got = []
     try:
-        for value in ex.map(nap, [0] * 10 + [scaled(2)] + [0] * 10, timeout=scaled(0.6)):
+        for value in ex.map(nap, [0] * 10 + [scaled(1.2)] + [0] * 10, timeout=scaled(0.6)):
             got.append(value)
     except TimeoutError:
         pass
@@ -236,7 +236,7 @@ def submitted_calls_before_a_slow_one_finish_while_it_runs(ex):
     """Calls bundled with a slow call they were submitted before are done while it runs."""
     list(ex.map(doze, [0] * 200))  # measured as short: submits are bundled
     quick = [ex.submit(doze, 0) for _ in range(5)]
-    slow = ex.submit(doze, scaled(1.5))
+    slow = ex.submit(doze, scaled(1))
     done, _ = cf.wait(quick, timeout=scaled(0.6))
     assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
     slow.result(timeout=scaled(30))
@@ -249,9 +249,9 @@ def calls_submitted_after_a_slow_one_do_not_wait_for_it(ex):
     if len(ex.worker_memory_limits()) < 2:
         return
     list(ex.map(snooze, [0] * 200))  # measured as short: submits are bundled
-    slow = ex.submit(snooze, scaled(2))
+    slow = ex.submit(snooze, scaled(1.2))
     quick = [ex.submit(snooze, 0) for _ in range(10)]
-    done, _ = cf.wait(quick, timeout=scaled(1))
+    done, _ = cf.wait(quick, timeout=scaled(0.8))
     assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
     slow.result(timeout=scaled(30))
 
@@ -268,8 +268,8 @@ def calls_queued_behind_a_slow_one_move_to_a_free_worker(ex):
     a free worker within a fraction of a second (ProcessPoolExecutor: no wait)."""
     if len(ex.worker_memory_limits()) < 2:
         return
-    ex.submit(linger, 0.5).result(timeout=scaled(30))  # measured: half a second a call
-    slow = ex.submit(linger, scaled(2.5))
+    ex.submit(linger, 0.3).result(timeout=scaled(30))  # measured: 0.3 s a call
+    slow = ex.submit(linger, scaled(2))
     quick = [ex.submit(linger, 0) for _ in range(6)]
     done, _ = cf.wait(quick, timeout=scaled(1.2))  # 2 s with Dask's own pace (stealing: 1 s)
     assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
@@ -281,7 +281,7 @@ def a_call_given_back_still_feeds_the_call_that_takes_it(ex):
     """A future already sent behind a slow call in a bundle, then passed to another call,
     reaches that call with its value once its worker gives it back."""
     list(ex.map(drowse, [0] * 200))
-    slow = ex.submit(drowse, scaled(1.5))
+    slow = ex.submit(drowse, scaled(1))
     quick = [ex.submit(drowse, 0) for _ in range(5)]
     wait_until(lambda: quick[-1].running() or quick[-1].done(), scaled(10),
                "the quick calls were sent")
