@@ -9,6 +9,7 @@ import threading
 import cloudpickle
 import distributed
 import pytest
+from pace import scaled
 
 import hpcfutures
 from hpcfutures._dask.express import EXPRESS_OP, relay_express_results
@@ -161,10 +162,11 @@ def _run_on_a_worker_thread(early: bool) -> tuple[list, list]:
                            pickle.loads(payload)), lambda: nudges.append(1)))
     try:
         thread = threading.Thread(target=run_chunk, args=(
-            time.sleep, [(0.0,), (4 * express.GIVE_BACK_AFTER,), (0.0,)]),
+            time.sleep, [(0.0,), (scaled(4 * express.GIVE_BACK_AFTER),), (0.0,)]),
             kwargs={"early": early})
         thread.start()
-        thread.join(30)
+        thread.join(scaled(30))
+        assert not thread.is_alive(), "the chunk did not end"
     finally:
         express.set_sender(None)
     return sent, nudges

@@ -37,8 +37,13 @@ def send_express(payload: bytes) -> None:
     except ValueError:
         return
     if key is not None:
-        worker.loop.add_callback(worker.batched_send,
-                                 {"op": EXPRESS_OP, "key": key, "payload": payload})
+        _send_on(worker, key, payload)
+
+
+def _send_on(worker: Any, key: Any, payload: bytes) -> None:
+    """Queue ``key``'s small result on ``worker``'s stream to the scheduler (any thread)."""
+    worker.loop.add_callback(worker.batched_send,
+                             {"op": EXPRESS_OP, "key": key, "payload": payload})
 
 
 #: The longest heartbeat period (ms) at which a worker tells the scheduler early of a
@@ -64,8 +69,7 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
         return getattr(thread_state, "key", None)
 
     def send(key: Any, payload: bytes) -> None:
-        worker.loop.add_callback(worker.batched_send,
-                                 {"op": EXPRESS_OP, "key": key, "payload": payload})
+        _send_on(worker, key, payload)
 
     def nudge() -> None:
         # Only where Dask's own heartbeats come every second or more often (up to 50

@@ -103,8 +103,8 @@ class TaskBridge:
                                  self._sender.resend,
                                  self._recovery.lost_directly, self._completions.in_background,
                                  self._connection_lost)
-        self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct)
-        completions.given_back = self._submits.given_back
+        self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct,
+                                     completions.early_outcomes)
         self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
                                    self.break_executor)
         self.batcher.open(self._submits)

@@ -48,7 +48,7 @@ GIVE_BACK_AFTER = 0.1
 STREAM_AFTER = 0.05
 
 _send: Callable[[bytes], None] | None = None
-#: For a worker thread: how to read its task's key, and send a task's results (``set_sender``).
+#: For a worker thread: its task's key, sending, telling the scheduler (``set_sender``).
 _bind: Callable[[], Any] | None = None
 #: Per thread: whether its task's outcome goes back in an answer instead (direct calls).
 _answered = threading.local()
@@ -56,8 +56,9 @@ _answered = threading.local()
 
 def set_sender(send: Callable[[bytes], None] | None, bind: Callable[[], Any] | None = None) -> None:
     """How this worker sends a running task's small result to its client; ``bind()``,
-    called on a worker thread, returns ``(task_key, send)`` for it: ``task_key()`` reads
-    the key of the task it runs, ``send(key, payload)`` works from any thread."""
+    called on a worker thread, returns ``(task_key, send, nudge)`` for it: ``task_key()``
+    reads the key of the task it runs, ``send(key, payload)`` works from any thread, and
+    ``nudge()`` tells the scheduler at once what the worker runs."""
     global _send, _bind
     _send, _bind = send, bind
 
@@ -126,8 +127,8 @@ class _Slot:
     """A worker thread's running group: its outcomes, as the thread appends them, and
     how many were sent ahead.  One per thread, reused by each group it runs."""
 
-    __slots__ = ("calls", "claim", "early", "key", "nudge", "nudged", "outcomes", "seen",
-                 "seen_at", "send", "sent", "started", "task_key")
+    __slots__ = ("calls", "claim", "early", "flushing", "key", "nudge", "nudged", "outcomes",
+                 "seen", "seen_at", "send", "sent", "started", "task_key")
 
     def __init__(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None],
                  nudge: Callable[[], None]) -> None:
@@ -137,8 +138,10 @@ class _Slot:
         self.nudge = nudge
         self.nudged = False
         #: Whether finished calls travel ahead and the scheduler is told of a long call
-        #: (a small launch: the client says so with the group).
+        #: (a small launch: the client says so with the group); whether this group's
+        #: outcomes can still go ahead (not once one was too large or unpicklable).
         self.early = True
+        self.flushing = True
         self.key: Any = None
         self.outcomes: list | None = None
         self.sent = 0
@@ -173,11 +176,8 @@ class _Slot:
         if rest >= self.calls or self.outcomes is not outcomes:
             return  # the group ended meanwhile
         sent, upto = self.sent, min(len(outcomes), rest)
-        try:
-            payload = small_pickle(Early(sent, outcomes[sent:upto], rest))
-        except BaseException:  # an outcome that cannot travel comes with the group's end
-            payload = None
-        if payload is None:
+        payload = _ahead(Early(sent, outcomes[sent:upto], rest))
+        if payload is None:  # the outcomes come with the group's end; the word goes now
             payload = small_pickle(Early(sent, [], rest))
         else:
             self.sent = max(sent, upto)
@@ -189,21 +189,27 @@ class _Slot:
         once they cannot go ahead (too large, or unpicklable: the group's end brings
         them, or says why)."""
         outcomes, key, sent = self.outcomes, self.key, self.sent
-        if outcomes is None:
+        if outcomes is None or not self.flushing:
             return
         done = len(outcomes)  # a list's length: read atomically beside the appends
         if done <= sent:
             return
-        try:
-            payload = small_pickle(Early(sent, outcomes[sent:done]))
-        except BaseException:  # an outcome that cannot travel fails at the group's end
-            payload = None
-        if payload is None:
-            self.outcomes = None
+        payload = _ahead(Early(sent, outcomes[sent:done]))
+        if payload is None:  # the group may still give calls back (give_back)
+            self.flushing = False
             return
         if self.outcomes is outcomes:  # the group has not ended meanwhile
             self.sent = done
             self.send(key, payload)
+
+
+def _ahead(early: Early) -> bytes | None:
+    """``early`` pickled, if it is small and its outcomes can be pickled; else None
+    (they come with the group's end, which names an outcome that cannot travel)."""
+    try:
+        return small_pickle(early)
+    except BaseException:
+        return None
 
 
 class _Ticker:
@@ -280,7 +286,7 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None,
     slot.sent = 0
     slot.started = time.monotonic()
     slot.calls, slot.claim, slot.early = calls, claim, early
-    slot.nudged = False
+    slot.nudged, slot.flushing = False, True
     slot.outcomes = outcomes
     if not _ticker.busy.is_set():
         _ticker.busy.set()

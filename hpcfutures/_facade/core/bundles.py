@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..._remote.calls import BundleOutcome, restore_traceback, run_bundle
+from ..._remote.express import Early
 from .batching import Batcher, Stream
 from .futures import TaskFuture, mark_running, settle
 from .pacing import waited
@@ -39,13 +40,17 @@ class SubmitStream(Stream):
     """
 
     def __init__(self, batcher: Batcher, sender: Any, wake: Callable[[], None],
-                 direct: Callable[[list], TaskFuture | None] = lambda calls: None) -> None:
+                 direct: Callable[[list], TaskFuture | None] = lambda calls: None,
+                 early_outcomes: dict[TaskFuture, Callable[[Early], None]] | None = None
+                 ) -> None:
         super().__init__()
         self._batcher = batcher
         self._sender = sender
         self._wake = wake
         #: Each bundle on the workers -> its calls (until it comes back).
         self._calls_of: dict[TaskFuture, list] = {}
+        #: Where a bundle's early outcomes are taken (``Completions.early_outcomes``).
+        self._early_outcomes = {} if early_outcomes is None else early_outcomes
         self._direct = direct
 
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
@@ -112,7 +117,18 @@ class SubmitStream(Stream):
             future._bundle = (bundle, index)
             mark_running(future)
         self._calls_of[bundle] = calls
+        self._early_outcomes[bundle] = lambda early: self._arrived_early(bundle, early)
         bundle.add_done_callback(lambda done: self._finished(cast(TaskFuture, done), calls))
+
+    def _arrived_early(self, bundle: TaskFuture, early: Early) -> None:
+        """The outcomes of a running bundle's first calls settle their futures; the calls
+        its worker gave back go again (loop thread)."""
+        calls = self._calls_of.get(bundle)
+        if calls is None:
+            return
+        _deliver(calls[early.first:], early.outcomes)
+        if early.rest is not None:
+            self.given_back(bundle, early.rest)
 
     def given_back(self, bundle: TaskFuture, rest: int) -> None:
         """The worker gave back ``bundle``'s calls from ``rest`` on (a call before them
@@ -150,10 +166,11 @@ class SubmitStream(Stream):
 
     def _finished(self, bundle: TaskFuture, calls: list) -> None:
         error = bundle.exception()
-        if error is None and len(bundle.result().results) < len(calls):
+        if error is None and (ran := len(bundle.result().results)) < len(calls):
             # Its worker gave calls back, and the word of it did not arrive first.
-            self.given_back(bundle, len(bundle.result().results))
+            self.given_back(bundle, ran)
         self._calls_of.pop(bundle, None)
+        self._early_outcomes.pop(bundle, None)
         if error is not None:  # the whole bundle failed (lost worker, unpicklable result...)
             self._batcher.done(self)
             for future, *_rest in calls:
@@ -163,7 +180,7 @@ class SubmitStream(Stream):
             busy = sum(outcome.seconds)
             self._batcher.done(self, _per_function(calls, outcome), busy,
                                waited(outcome.idle, bundle._sent_at, busy))
-            _deliver(outcome, calls)
+            _deliver(calls, outcome.results)
             # The bundle outlives this call while any of its futures lives (an
             # argument picks its value from the bundle's Dask future), so it must
             # hold no call's result, function or arguments: each call's own
@@ -183,8 +200,9 @@ def _per_function(calls: list, outcome: BundleOutcome) -> list[tuple[Any, float]
     return [(fn, total / count) for fn, total, count in totals.values()]
 
 
-def _deliver(outcome: BundleOutcome, calls: list) -> None:
-    for (future, *_rest), (ok, value) in zip(calls, outcome.results, strict=False):
+def _deliver(calls: list, results: list) -> None:
+    """Settle each call's future with its ``(ok, value)`` outcome, in order."""
+    for (future, *_rest), (ok, value) in zip(calls, results, strict=False):
         if ok:
             settle(future, result=value)
         else:

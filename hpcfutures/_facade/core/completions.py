@@ -73,12 +73,10 @@ class Completions:
         #: event :meth:`ends_heard` waits on for there to be none.
         self._ahead: set[Any] = set()
         self._none_ahead: asyncio.Event | None = None
-        #: A map chunk's future -> ``take(first, values)``: its first results, sent
-        #: ahead of its end while it runs (``_remote/express.py``, ``streaming``).
-        self.early_outcomes: dict[TaskFuture, Callable[[int, list], None]] = {}
-        #: ``given_back(bundle, rest)``: its worker gave back its calls from ``rest`` on,
-        #: which must be sent again (bundles.py); set by the bridge.
-        self.given_back: Callable[[TaskFuture, int], None] | None = None
+        #: A group's future (a map chunk's, a bundle's) -> ``take(early)``: the outcomes
+        #: of its first calls, sent ahead of its end while it runs, and the calls its
+        #: worker gave back (``_remote/express.py``); its stream sets and drops its own.
+        self.early_outcomes: dict[TaskFuture, Callable[[Early], None]] = {}
 
     @property
     def fetching(self) -> int:
@@ -136,28 +134,12 @@ class Completions:
         except Exception:
             return
         if isinstance(value, Early):
-            self._early(future, value)
+            take = self.early_outcomes.get(future)
+            if take is not None:
+                take(value)
             return
         self._ahead.add(key)
         settle(future, result=value)
-
-    def _early(self, group: TaskFuture, early: Early) -> None:
-        """Outcomes of a running group's first calls: a bundle's settle their futures,
-        a map chunk's go to its map (:attr:`early_outcomes`)."""
-        take = self.early_outcomes.get(group)
-        if take is not None:
-            take(early.first, early.outcomes)
-            return
-        members = group._members
-        if members is None:
-            return
-        for member, (ok, value) in zip(members[early.first:], early.outcomes, strict=False):
-            if ok:
-                settle(member, result=value)
-            else:
-                settle(member, exception=restore_traceback(value))
-        if early.rest is not None and self.given_back is not None:
-            self.given_back(group, early.rest)
 
     async def ends_heard(self, timeout: float) -> None:
         """Wait (up to ``timeout`` s) until Dask has told the end of every task whose

@@ -209,7 +209,7 @@ class MapRun(Stream):
             return
         if self._record is None:  # a journal records whole chunks, before they are yielded
             self._bridge.early_outcomes[future] = (
-                lambda first, values: self._arrived_early(future, first, values))
+                lambda early: self._arrived_early(future, early.first, early.outcomes))
         future.add_done_callback(self._chunk_done)
 
     def _arrived_early(self, future: Any, first: int, values: list) -> None:
