@@ -12,7 +12,9 @@ import concurrent.futures as cf
 import gc
 import os
 import pickle
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -182,9 +184,34 @@ def map_raises_at_the_failing_position(ex):
         assert seen == [0, 1, 2, 3], (chunksize, seen)
 
 
+# A map that times out leaves its slow call running, as ProcessPoolExecutor's does.
+# The check that made it waits for its end (the call marks it in a file: the
+# workers of every launch the contract runs under share the client's file system),
+# so that the checks after it find every worker free.
+def nap(seconds, marker=None):
+    time.sleep(seconds)
+    if marker is not None:
+        with open(marker, "w"):
+            pass
+    return seconds
+
+
+def leftover_marker() -> str:
+    """A file name, in a directory of its own, for a slow call to mark its end."""
+    return os.path.join(tempfile.mkdtemp(prefix="hpcf-contract-"), "ended")
+
+
+def wait_for_leftover(marker: str) -> None:
+    """Wait until the slow call that ``marker`` was given has ended."""
+    wait_until(lambda: os.path.exists(marker), 60, f"the slow call of a timed-out map to end "
+               f"({marker})")
+    shutil.rmtree(os.path.dirname(marker), ignore_errors=True)
+
+
 @check
 def map_timeout_raises_timeout_error(ex):
-    results = ex.map(sleep_then, [2], timeout=0.3)
+    marker = leftover_marker()
+    results = ex.map(nap, [2], [marker], timeout=0.3)
     started = time.monotonic()
     try:
         next(results)
@@ -193,11 +220,7 @@ def map_timeout_raises_timeout_error(ex):
     else:
         raise AssertionError("map did not time out")
     assert time.monotonic() - started < scaled(1.5)
-
-
-def nap(seconds):
-    time.sleep(seconds)
-    return seconds
+    wait_for_leftover(marker)
 
 
 @check
@@ -205,15 +228,52 @@ def map_timeout_yields_the_results_that_were_ready(ex):
     """As with ProcessPoolExecutor, whatever the function was measured at: the quick
     items of a map share a chunk with its slow one, and still come before the timeout."""
     list(ex.map(nap, [0] * 200))  # measured as short: the next map goes in few chunks
+    marker = leftover_marker()
     got = []
     try:
-        for value in ex.map(nap, [0] * 10 + [scaled(1.2)] + [0] * 10, timeout=scaled(0.6)):
+        for value in ex.map(nap, [0] * 10 + [scaled(1.2)] + [0] * 10,
+                            [None] * 10 + [marker] + [None] * 10, timeout=scaled(0.6)):
             got.append(value)
     except TimeoutError:
         pass
     else:
         raise AssertionError("map did not time out")
     assert got == [0] * 10, got
+    wait_for_leftover(marker)
+
+
+def rest(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def dawdle(seconds, marker):
+    return nap(seconds, marker)
+
+
+@check
+def a_call_after_a_timed_out_map_runs_on_a_free_worker(ex):
+    """The slow calls a timed-out map leaves running keep their workers busy, in the
+    scheduler's eyes too: the lone calls sent after them run on the free worker at
+    once (ProcessPoolExecutor: the same).  With one worker there is none."""
+    workers = len(ex.worker_memory_limits())
+    if workers < 2:
+        return
+    list(ex.map(rest, [0] * 200))  # measured as short
+    # A function not measured yet goes one call a task: a slow call on every worker but one.
+    markers = [leftover_marker() for _ in range(workers - 1)]
+    try:
+        next(ex.map(dawdle, [scaled(1.5)] * len(markers), markers, timeout=scaled(0.2)))
+    except TimeoutError:
+        pass
+    else:
+        raise AssertionError("map did not time out")
+    for call in range(3):
+        future = ex.submit(rest, 0)
+        done, _ = cf.wait([future], timeout=scaled(0.5))
+        assert done, f"call {call} after the timed-out map waited behind its slow calls"
+    for marker in markers:
+        wait_for_leftover(marker)
 
 
 def doze(seconds):

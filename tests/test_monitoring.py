@@ -436,7 +436,7 @@ def test_progress_keeps_order_timeout_and_the_exception_position(ex, capsys):
     assert seen == list(range(7))
     from contract import sleep_then
 
-    results = ex.map(sleep_then, [0.0, 5.0], ["first", "late"], timeout=0.5, progress="always")
+    results = ex.map(sleep_then, [0.0, 2.0], ["first", "late"], timeout=0.5, progress="always")
     assert next(results) == "first"
     with pytest.raises(TimeoutError):
         next(results)

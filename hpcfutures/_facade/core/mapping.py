@@ -12,7 +12,13 @@ on the worker, which sizes the next ones.
 
 Results are yielded in order as chunks complete; an item's exception is raised
 at its position; ``timeout`` and cancellation (closing the iterator, or
-``shutdown(cancel_futures=True)``) work as with ``concurrent.futures``.
+``shutdown(cancel_futures=True)``) work as with ``concurrent.futures``: no
+chunk is sent after them, and the chunks already out finish, as the calls in
+``ProcessPoolExecutor``'s call queue do.  Their results are dropped, but their
+tasks stay the scheduler's until they end, so that a call sent meanwhile goes to
+a free worker instead of queueing behind the rest of an abandoned map on a worker
+the scheduler would think idle.  Leaving the ``with`` block on an exception
+cancels them too (:meth:`MapRun.cancel`).
 
 With ``buffersize`` (Python 3.14's ``Executor.map`` argument) the items are
 read from their iterator as the caller consumes results, never more than
@@ -335,7 +341,7 @@ class MapRun(Stream):
                 if outcome.error is not None:
                     raise restore_traceback(outcome.error)
         finally:
-            self.cancel()
+            self.stop_sending()  # the chunks out finish (the module's docstring)
 
     def _read_ahead(self, yielded: int) -> None:
         """Read items from the source until ``buffersize`` are ahead of ``yielded``
