@@ -1295,19 +1295,22 @@ def sent_ahead(value: Any) -> Any:
 
 
 def test_a_small_result_reaches_the_client_before_its_tasks_end():
-    """Worker.batched_send from the task's thread, the scheduler's stream_handlers,
-    TaskState.who_wants/ClientState.client_key/Scheduler.client_comms, and the
-    client's _stream_handlers: the payload arrives while the client still sees
-    the task pending, so no fetch from the worker is needed."""
+    """WorkerPlugin.transition (the worker's outbox) and Worker.batched_send, the
+    scheduler's stream_handlers, TaskState.state/who_wants, ClientState.client_key,
+    Scheduler.client_comms, and the client's _stream_handlers: the payload arrives
+    while the client still sees the task pending, so no fetch from the worker is
+    needed, and after the scheduler has handled the task's end, so the client's next
+    call finds the worker free."""
     import pickle
 
     async def scenario() -> None:
         async with live(workers=1) as cluster:
-            arrived: list[tuple[Any, Any, str]] = []
+            arrived: list[tuple[Any, Any, str, str]] = []
             futures: dict[Any, Any] = {}
 
             def received(key: Any, payload: bytes) -> None:
-                arrived.append((key, pickle.loads(payload), futures[key].status))
+                on_scheduler = cluster.scheduler.tasks[key].state
+                arrived.append((key, pickle.loads(payload), futures[key].status, on_scheduler))
 
             with seam("Client._stream_handlers (the client's report stream)"):
                 _dask.expect_express_results(cluster.client, received)
@@ -1316,7 +1319,7 @@ def test_a_small_result_reaches_the_client_before_its_tasks_end():
             with seam("Worker.batched_send, Scheduler.stream_handlers/client_comms, "
                       "TaskState.who_wants"):
                 assert await future.result() == {"x": 7}
-            assert arrived == [("ahead-1", {"x": 7}, "pending")], arrived
+            assert arrived == [("ahead-1", {"x": 7}, "pending", "memory")], arrived
 
     run(scenario())
 

@@ -1,12 +1,16 @@
 """Small results ride with their task's end (see ``_remote/express.py``).
 
 Worker -> scheduler -> client, each time on the stream that then carries the
-task's end: the worker queues the result on its batched stream from the task's
-thread before the task returns (so ahead of Dask's "task-finished"), the
-scheduler passes it on to the clients that want the key before it handles that
-end, and the client's report stream hands it over before "key-in-memory".  The
-scheduler neither unpickles nor keeps it (unlike an event topic, whose last
-messages it holds).
+task's end.  The task's thread leaves its result in the worker's outbox
+(:class:`ExpressOutbox`, a worker plug-in) just before it returns; the worker
+queues it as the task ends, in one batch with Dask's "task-finished".  The
+scheduler holds it until it has handled that end (no time: the end comes in the
+same batch), then passes it on to the clients that want the key, just ahead of
+"key-in-memory" on their streams.  So a client never holds a result before the
+scheduler sees its worker free, and a call it sends at once is never placed
+behind a busy worker's call for want of that news.  The outcomes a group sends
+while it runs (``end`` false) are passed on at once.  The scheduler never
+unpickles a result, and keeps one only until its task's end.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from distributed import Client, Scheduler
+from distributed import Client, Scheduler, Worker
+from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["EXPRESS_OP", "bind_to_thread", "expect_express_results", "relay_express_results",
-           "send_express"]
+__all__ = ["EXPRESS_OP", "ExpressOutbox", "ExpressRelay", "bind_to_thread",
+           "expect_express_results", "send_express"]
 
 #: A small result, on the worker's stream and then on the client's.
 EXPRESS_OP = "hpcfutures-express"
@@ -36,14 +41,45 @@ def send_express(payload: bytes) -> None:
         worker = get_worker()
     except ValueError:
         return
-    if key is not None:
-        _send_on(worker, key, payload)
+    if key is None:
+        return
+    outbox = worker.plugins.get(ExpressOutbox.name)
+    if isinstance(outbox, ExpressOutbox):
+        outbox.outcomes[key] = payload
+    else:  # a worker started without it: sent now, held by the scheduler until the end
+        _send_on(worker, key, payload, end=True)
 
 
-def _send_on(worker: Any, key: Any, payload: bytes) -> None:
-    """Queue ``key``'s small result on ``worker``'s stream to the scheduler (any thread)."""
+class ExpressOutbox(WorkerPlugin):
+    """A worker's small task outcomes, each sent to the scheduler as its task ends:
+    queued on the worker's stream in the same batch as Dask's "task-finished"."""
+
+    name = "hpcfutures-express"
+
+    def __init__(self) -> None:
+        #: Key -> its outcome, left by the task's thread just before it returned.
+        self.outcomes: dict[Any, bytes] = {}
+        self._worker: Worker | None = None
+
+    def setup(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        # The task's next transition after its thread left the outcome is its end:
+        # done (sent), failed or cancelled (dropped).
+        if not self.outcomes:
+            return
+        payload = self.outcomes.pop(key, None)
+        if payload is not None and finish == "memory" and self._worker is not None:
+            self._worker.batched_send({"op": EXPRESS_OP, "key": key, "payload": payload,
+                                       "end": True})
+
+
+def _send_on(worker: Any, key: Any, payload: bytes, end: bool) -> None:
+    """Queue ``key``'s small result (``end``: its outcome; else outcomes of a group
+    still running) on ``worker``'s stream to the scheduler (any thread)."""
     worker.loop.add_callback(worker.batched_send,
-                             {"op": EXPRESS_OP, "key": key, "payload": payload})
+                             {"op": EXPRESS_OP, "key": key, "payload": payload, "end": end})
 
 
 #: The longest heartbeat period (ms) at which a worker tells the scheduler early of a
@@ -69,7 +105,7 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
         return getattr(thread_state, "key", None)
 
     def send(key: Any, payload: bytes) -> None:
-        _send_on(worker, key, payload)
+        _send_on(worker, key, payload, end=False)
 
     def nudge() -> None:
         # Only where Dask's own heartbeats come every second or more often (up to 50
@@ -80,20 +116,46 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
     return task_key, send, nudge
 
 
-def relay_express_results(scheduler: Scheduler) -> None:
-    """Let ``scheduler`` pass the small results from workers on to the clients that want them."""
+class ExpressRelay:
+    """Lets a scheduler pass the small results from workers on to the clients that
+    want them; a task's outcome once the scheduler has handled its end.
 
-    def relay(key: Any = None, payload: bytes = b"", worker: str = "") -> None:
-        task = scheduler.tasks.get(key)
+    The scheduler's plug-in calls :meth:`left_processing` for every task that
+    leaves the ``processing`` state.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        #: Key -> its outcome, until the scheduler has handled the task's end.
+        self._held: dict[Any, bytes] = {}
+        scheduler.stream_handlers[EXPRESS_OP] = self._relay
+
+    def _relay(self, key: Any = None, payload: bytes = b"", end: bool = False,
+               worker: str = "") -> None:
+        task = self._scheduler.tasks.get(key)
         if task is None or not task.who_wants:  # released meanwhile: nobody waits
             return
+        if end and task.state == "processing":
+            self._held[key] = payload
+        else:
+            self._pass_on(task, key, payload)
+
+    def left_processing(self, key: Any) -> None:
+        """The scheduler handled the end of ``key``'s task (it finished, failed, or
+        its worker left): its outcome, if held, goes to the clients now."""
+        if not self._held:
+            return
+        payload = self._held.pop(key, None)
+        task = self._scheduler.tasks.get(key)
+        if payload is not None and task is not None and task.who_wants:
+            self._pass_on(task, key, payload)
+
+    def _pass_on(self, task: Any, key: Any, payload: bytes) -> None:
         message = {"op": EXPRESS_OP, "key": key, "payload": payload}
         for client in task.who_wants:
-            stream = scheduler.client_comms.get(client.client_key)
+            stream = self._scheduler.client_comms.get(client.client_key)
             if stream is not None:
                 stream.send(message)
-
-    scheduler.stream_handlers[EXPRESS_OP] = relay
 
 
 def expect_express_results(client: Client, received: Callable[[Any, bytes], None]) -> None:

@@ -29,7 +29,7 @@ from ._common import (
     _hurry,
 )
 from .direct import serve_direct_calls
-from .express import bind_to_thread, send_express
+from .express import ExpressOutbox, bind_to_thread, send_express
 
 __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
 
@@ -129,6 +129,7 @@ class WorkerService:
                 # The scheduler lists it with the worker (its identity), for the client's
                 # word on a worker that left: a host name, where Dask has only an address.
                 startup_information={HOST_KEY: _hostname},
+                plugins=(ExpressOutbox(),),
             )
         if slow_scratch:  # told to the scheduler, which folds a node's worth into a line
             said = {"seconds": slow_scratch[0],
