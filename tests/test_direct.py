@@ -115,6 +115,24 @@ def test_a_long_call_goes_through_the_scheduler_so_the_next_one_runs_beside_it(t
         assert lane(ex).sent == 1
 
 
+def test_calls_submitted_while_a_lone_call_is_out_wait_for_its_answer(tmp_path):
+    """Nothing is sent while a call is out straight to a worker: sent at once, a call
+    could be placed on that worker (idle to the scheduler's eyes) and wait behind it,
+    or, on a worker of one thread, start first and hold the lone call behind a slow
+    call of its own (a contract check failed so in CI, on a launch of one worker)."""
+    with hpcfutures.Executor(2) as ex:
+        lane(ex, spans, inc)
+        marker = tmp_path / "runs"
+        first = ex.submit(spans, 1.0, str(marker))
+        wait_until(marker.exists, 30, "the lone call running")
+        assert lane(ex).sent == 1, "the lone call did not go straight to a worker"
+        later = [ex.submit(inc, i) for i in range(3)]
+        wait_until(lambda: first.done() or any(f.running() for f in later), 30,
+                   "the lone call's answer, or a later call sent")
+        assert first.done(), "a later call was sent while the lone call was out"
+        assert [f.result(timeout=30) for f in later] == [1, 2, 3]
+
+
 def test_a_direct_calls_error_is_its_own_with_the_workers_traceback():
     with hpcfutures.Executor(2) as ex:
         lane(ex, boom)

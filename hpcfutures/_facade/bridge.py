@@ -102,7 +102,7 @@ class TaskBridge:
         self.direct = DirectLane(client, lambda: self.roster.seen, self.batcher.durations.get,
                                  self._sender.resend,
                                  self._recovery.lost_directly, self._completions.in_background,
-                                 self._connection_lost)
+                                 self._connection_lost, answered=self.wake)
         self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct,
                                      completions.early_outcomes)
         self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
@@ -235,9 +235,12 @@ class TaskBridge:
             self._completions.in_background(self._client.cancel([dask_future]))
 
     def _flush(self) -> None:
-        """Send the groups the engine cuts now, then every queued task."""
+        """Send the groups the engine cuts now, then every queued task; nothing while
+        a lone call is out straight to a worker (direct.py: its answer wakes this)."""
         with self._lock:
             self._flush_scheduled = False
+        if self.direct.asking():
+            return
         for stream, calls in self.batcher.plan():
             stream.dispatch(calls)
         with self._lock:

@@ -9,11 +9,15 @@ straight to a worker, whose answer carries the outcome, about 1 ms
 leaving the scheduler out when nothing else is in flight: every worker is
 idle, so there is no placement to decide.
 
-But the scheduler does not see the call either: while it runs, the next call
-(or an MPI call's ranks) may be placed on its worker, idle to the scheduler's
-eyes, and wait behind it.  So only calls of a function known to be short go
-this way (:data:`SHORT_CALL`, the batching engine's estimate): the wait they
-can cause is as short as the time they save.  A function's first call, and
+But the scheduler does not see the call either: while it runs, its worker is
+idle to the scheduler's eyes.  So nothing else is sent while a call is out this
+way (:meth:`DirectLane.asking`): the calls submitted meanwhile wait for its
+answer, about a millisecond, and then go the usual way.  Sent at once, one
+could be placed on that worker and wait behind it, or start first on a worker
+of one thread and hold the lone call, submitted before it, behind a slow call
+of its own.  And only calls of a function known to be short go this way
+(:data:`SHORT_CALL`, the batching engine's estimate): the wait they cause is as
+short as the time they save.  A function's first call, and
 the calls of one that takes longer, go through the scheduler.  Anything else
 goes the usual way too:
 a second call in flight, a call that states needs (the scheduler places it
@@ -69,6 +73,7 @@ class DirectLane:
         background: runs a coroutine on the loop without waiting for it.
         scheduler_lost: called when the scheduler is lost while calls run here, as
             for the tasks whose Dask futures Dask then cancels (completions.py).
+        answered: called once a worker answered (or failed to), for what waited.
     """
 
     def __init__(self, client: Any, workers: Callable[[], Any],
@@ -76,7 +81,8 @@ class DirectLane:
                  resend: Callable[[TaskFuture, tuple], None],
                  lost: Callable[[TaskFuture, str, str], None],
                  background: Callable[[Any], object],
-                 scheduler_lost: Callable[[], None]) -> None:
+                 scheduler_lost: Callable[[], None],
+                 answered: Callable[[], None] = lambda: None) -> None:
         from ... import _dask  # the client is connected: distributed is imported already
 
         self._dask = _dask
@@ -89,6 +95,9 @@ class DirectLane:
         self._scheduler_lost = scheduler_lost
         #: The groups running here now.
         self._running: set[TaskFuture] = set()
+        #: Calls sent whose worker has not answered yet, and who hears of an answer.
+        self._asking = 0
+        self._answered = answered
         _dask.on_scheduler_lost(client, self._heard_scheduler_lost)
         #: Whether this launch allows direct calls at all (the client side decides).
         self.enabled = False
@@ -123,10 +132,16 @@ class DirectLane:
         group = TaskFuture()
         group._recipe = (run_bundle, None, (calls,), {}, False)
         self.sent += 1
+        self._asking += 1
         self._running.add(group)
         group.add_done_callback(self._running.discard)
         self._background(self._run(group, worker, key, packed))
         return group
+
+    def asking(self) -> bool:
+        """Whether a call sent this way waits for its worker's answer: nothing else
+        may be sent meanwhile (see the module's docstring)."""
+        return self._asking > 0
 
     def avoid(self, worker: str) -> None:
         """``worker`` left the cluster: never ask it again."""
@@ -154,6 +169,9 @@ class DirectLane:
             settle(group, exception=as_serialization_error(restore_traceback(err)))
         else:
             settle(group, result=outcome)
+        finally:
+            self._asking -= 1
+            self._answered()
 
     def _reroute(self, group: TaskFuture) -> None:
         if not group.done() and group._recipe is not None:
