@@ -1277,12 +1277,16 @@ def test_the_bridge_drops_its_connections_to_workers_that_left():
 
     removed: list[tuple[str, str]] = []
     left: list[bool] = []
-    bridge = mock.Mock(_workers=3, _total_threads=3)
+    asked: list[Any] = []
+    bridge = mock.Mock(_workers=3, _total_threads=3, _closing=False)
     bridge._client.rpc.remove = lambda address, reason: removed.append((address, reason))
     bridge._completions.worker_left = lambda: left.append(True)
+    bridge._completions.in_background = asked.append
     TaskBridge.cluster_changed(bridge, 2, 2, ["tls://10.0.0.5:4000"])
     assert [address for address, _ in removed] == ["tls://10.0.0.5:4000"] and left == [True]
     assert bridge._workers == 2 and bridge._total_threads == 2
+    # ... and asks at once who left, to name it before the launch may end.
+    assert len(asked) == 1 and bridge.roster.refresh.call_count == 1
 
 
 # ------------------------------------------- small results ahead of their task's end

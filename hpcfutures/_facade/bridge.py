@@ -366,6 +366,11 @@ class TaskBridge:
         for address in left:
             self._client.rpc.remove(address, reason=f"worker {address} left the cluster")
             self.direct.avoid(address)
+        if left and not self._closing:
+            # Named now, not at watch_workers' next look: the calls it held may be done
+            # again elsewhere, and the launch end, before that.
+            self._completions.in_background(self.roster.refresh(
+                self._client, self._is_closing, self.patience.ask_timeout))
         if workers < self._workers or left:
             self._completions.worker_left()
         self._workers = workers
