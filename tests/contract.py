@@ -291,14 +291,34 @@ def drowse(seconds):
     return seconds
 
 
+def quick_calls_done(quick, slow, timeout):
+    """Fail unless every call of ``quick`` is done within ``timeout`` s (from now) while
+    ``slow`` runs; the message says which were not, and when each was done after all."""
+    started = time.monotonic()
+    ended: dict[int, float] = {}
+    for index, future in enumerate([*quick, slow]):
+        future.add_done_callback(lambda _f, i=index: ended.setdefault(i, time.monotonic()))
+    done, _ = cf.wait(quick, timeout=timeout)
+    if len(done) < len(quick):
+        cf.wait([*quick, slow], timeout=scaled(30))
+
+        def after(i: int) -> float | None:
+            return round(ended[i] - started, 2) if i in ended else None
+
+        late = {i: after(i) for i, future in enumerate(quick) if future not in done}
+        raise AssertionError(
+            f"{len(done)} of {len(quick)} done within {timeout:.2f} s while a slow call ran; "
+            f"the others, by index, done after (s): {late}; the slow call after "
+            f"{after(len(quick))} s")
+
+
 @check
 def submitted_calls_before_a_slow_one_finish_while_it_runs(ex):
     """Calls bundled with a slow call they were submitted before are done while it runs."""
     list(ex.map(doze, [0] * 200))  # measured as short: submits are bundled
     quick = [ex.submit(doze, 0) for _ in range(5)]
     slow = ex.submit(doze, scaled(1))
-    done, _ = cf.wait(quick, timeout=scaled(0.6))
-    assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    quick_calls_done(quick, slow, scaled(0.6))
     slow.result(timeout=scaled(30))
 
 
@@ -311,8 +331,7 @@ def calls_submitted_after_a_slow_one_do_not_wait_for_it(ex):
     list(ex.map(snooze, [0] * 200))  # measured as short: submits are bundled
     slow = ex.submit(snooze, scaled(1.2))
     quick = [ex.submit(snooze, 0) for _ in range(10)]
-    done, _ = cf.wait(quick, timeout=scaled(0.8))
-    assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    quick_calls_done(quick, slow, scaled(0.8))
     slow.result(timeout=scaled(30))
 
 
@@ -331,8 +350,7 @@ def calls_queued_behind_a_slow_one_move_to_a_free_worker(ex):
     ex.submit(linger, 0.3).result(timeout=scaled(30))  # measured: 0.3 s a call
     slow = ex.submit(linger, scaled(2))
     quick = [ex.submit(linger, 0) for _ in range(6)]
-    done, _ = cf.wait(quick, timeout=scaled(1.2))  # 2 s with Dask's own pace (stealing: 1 s)
-    assert len(done) == len(quick), f"{len(done)} of {len(quick)} done while a slow call ran"
+    quick_calls_done(quick, slow, scaled(1.2))  # 2 s with Dask's own pace (stealing: 1 s)
     slow.result(timeout=scaled(30))
 
 
