@@ -14,8 +14,8 @@ Results are yielded in order as chunks complete; an item's exception is raised
 at its position; ``timeout`` and cancellation (closing the iterator, or
 ``shutdown(cancel_futures=True)``) work as with ``concurrent.futures``: no
 chunk is sent after them, and the chunks already out finish, as the calls in
-``ProcessPoolExecutor``'s call queue do.  Their results are dropped, but their
-tasks stay the scheduler's until they end, so that a call sent meanwhile goes to
+``ProcessPoolExecutor``'s call queue do.  Their results are never yielded, but
+their tasks stay the scheduler's until they end, so that a call sent meanwhile goes to
 a free worker instead of queueing behind the rest of an abandoned map on a worker
 the scheduler would think idle.  Leaving the ``with`` block on an exception
 cancels them too (:meth:`MapRun.cancel`).
