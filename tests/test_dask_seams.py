@@ -1300,7 +1300,7 @@ def sent_ahead(value: Any) -> Any:
 
 def test_a_small_result_reaches_the_client_before_its_tasks_end():
     """WorkerPlugin.transition (the worker's outbox) and Worker.batched_send, the
-    scheduler's stream_handlers, TaskState.state/who_wants, ClientState.client_key,
+X
     Scheduler.client_comms, and the client's _stream_handlers: the payload arrives
     while the client still sees the task pending, so no fetch from the worker is
     needed, and after the scheduler has handled the task's end, so the client's next

@@ -60,33 +60,11 @@ def test_the_scheduler_passes_a_small_result_only_to_the_clients_that_want_it():
     relay = scheduler.stream_handlers[EXPRESS_OP]
     scheduler.tasks["k"] = _Named(who_wants={_Named(client_key="bob")}, state="memory")
     scheduler.tasks["released"] = _Named(who_wants=set(), state="released")
-    relay(key="k", payload=b"p", end=True, worker="w")
-    relay(key="released", payload=b"q", end=True, worker="w")
-    relay(key="unknown", payload=b"r", end=True, worker="w")
+    relay(key="k", payload=b"p", worker="w")
+    relay(key="released", payload=b"q", worker="w")
+    relay(key="unknown", payload=b"r", worker="w")
     assert scheduler.client_comms["alice"].sent == []
     assert scheduler.client_comms["bob"].sent == [{"op": EXPRESS_OP, "key": "k", "payload": b"p"}]
-
-
-def test_a_tasks_outcome_waits_on_the_scheduler_until_it_has_handled_the_tasks_end():
-    """So the client, which may send its next call at once, never hears of a result
-    before the scheduler sees that result's worker free; a running group's outcomes
-    go at once."""
-    scheduler = _Scheduler()
-    express = ExpressRelay(scheduler)
-    relay = scheduler.stream_handlers[EXPRESS_OP]
-    running = _Named(who_wants={_Named(client_key="bob")}, state="processing")
-    scheduler.tasks["k"] = running
-    relay(key="k", payload=b"early", end=False, worker="w")
-    relay(key="k", payload=b"outcome", end=True, worker="w")
-    sent = scheduler.client_comms["bob"].sent
-    assert [m["payload"] for m in sent] == [b"early"]
-    express.left_processing("other")
-    assert [m["payload"] for m in sent] == [b"early"]
-    running.state = "memory"
-    express.left_processing("k")
-    assert [m["payload"] for m in sent] == [b"early", b"outcome"]
-    express.left_processing("k")  # passed on once
-    assert len(sent) == 2 and express._held == {}
 
 
 class _Finishing:

@@ -136,8 +136,6 @@ class Coordinator(SchedulerPlugin):
         self.scheduler: Scheduler | None = None
         #: Forgets Dask's ended default spans (set once the scheduler starts).
         self.spans: SpanPruner | None = None
-        #: Passes the workers' small results on to the clients (set once it starts).
-        self.express: ExpressRelay | None = None
         self.keep_serving = keep_serving
         #: Serving launch: the clients connected now, and since when there are none.
         self.clients: set[str] = set()
@@ -187,7 +185,7 @@ class Coordinator(SchedulerPlugin):
         self.groups.install(scheduler)
         self.worker_changes.install(scheduler)
         self.stranded.install(scheduler)
-        self.express = ExpressRelay(scheduler)
+        ExpressRelay(scheduler)
         self.spans = SpanPruner(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
@@ -254,8 +252,6 @@ class Coordinator(SchedulerPlugin):
             self.spans.maybe_prune()  # Dask's ended default spans (spans.py)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
-        if start == "processing" and self.express is not None:
-            self.express.left_processing(key)
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group
             self.groups.member_ended(key)
         elif finish == "no-worker":  # a call whose needs may fit no worker left

@@ -4,13 +4,13 @@ Worker -> scheduler -> client, each time on the stream that then carries the
 task's end.  The task's thread leaves its result in the worker's outbox
 (:class:`ExpressOutbox`, a worker plug-in) just before it returns; the worker
 queues it as the task ends, in one batch with Dask's "task-finished".  The
-scheduler holds it until it has handled that end (no time: the end comes in the
-same batch), then passes it on to the clients that want the key, just ahead of
-"key-in-memory" on their streams.  So a client never holds a result before the
-scheduler sees its worker free, and a call it sends at once is never placed
-behind a busy worker's call for want of that news.  The outcomes a group sends
-while it runs (``end`` false) are passed on at once.  The scheduler never
-unpickles a result, and keeps one only until its task's end.
+scheduler passes it on to the clients that want the key: it handles a batch's
+messages one after the other without yielding, so the result leaves in the same
+batch as the "key-in-memory" that the task's end brings, and a client never holds
+a result before the scheduler has seen its worker free (a call it sends at once is
+never placed behind a busy worker's call for want of that news).  The outcomes a
+group sends while it runs travel the same way, at once.  The scheduler never
+unpickles a result, and keeps none.
 """
 
 from __future__ import annotations
@@ -44,10 +44,8 @@ def send_express(payload: bytes) -> None:
     if key is None:
         return
     outbox = worker.plugins.get(ExpressOutbox.name)
-    if isinstance(outbox, ExpressOutbox):
+    if isinstance(outbox, ExpressOutbox):  # else the client fetches the result as Dask does
         outbox.outcomes[key] = payload
-    else:  # a worker started without it: sent now, held by the scheduler until the end
-        _send_on(worker, key, payload, end=True)
 
 
 class ExpressOutbox(WorkerPlugin):
@@ -71,15 +69,7 @@ class ExpressOutbox(WorkerPlugin):
             return
         payload = self.outcomes.pop(key, None)
         if payload is not None and finish == "memory" and self._worker is not None:
-            self._worker.batched_send({"op": EXPRESS_OP, "key": key, "payload": payload,
-                                       "end": True})
-
-
-def _send_on(worker: Any, key: Any, payload: bytes, end: bool) -> None:
-    """Queue ``key``'s small result (``end``: its outcome; else outcomes of a group
-    still running) on ``worker``'s stream to the scheduler (any thread)."""
-    worker.loop.add_callback(worker.batched_send,
-                             {"op": EXPRESS_OP, "key": key, "payload": payload, "end": end})
+            self._worker.batched_send({"op": EXPRESS_OP, "key": key, "payload": payload})
 
 
 #: The longest heartbeat period (ms) at which a worker tells the scheduler early of a
@@ -105,7 +95,8 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
         return getattr(thread_state, "key", None)
 
     def send(key: Any, payload: bytes) -> None:
-        _send_on(worker, key, payload, end=False)
+        worker.loop.add_callback(worker.batched_send,
+                                 {"op": EXPRESS_OP, "key": key, "payload": payload})
 
     def nudge() -> None:
         # Only where Dask's own heartbeats come every second or more often (up to 50
@@ -118,39 +109,16 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
 
 class ExpressRelay:
     """Lets a scheduler pass the small results from workers on to the clients that
-    want them; a task's outcome once the scheduler has handled its end.
-
-    The scheduler's plug-in calls :meth:`left_processing` for every task that
-    leaves the ``processing`` state.
-    """
+    want them."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
-        #: Key -> its outcome, until the scheduler has handled the task's end.
-        self._held: dict[Any, bytes] = {}
         scheduler.stream_handlers[EXPRESS_OP] = self._relay
 
-    def _relay(self, key: Any = None, payload: bytes = b"", end: bool = False,
-               worker: str = "") -> None:
+    def _relay(self, key: Any = None, payload: bytes = b"", worker: str = "") -> None:
         task = self._scheduler.tasks.get(key)
         if task is None or not task.who_wants:  # released meanwhile: nobody waits
             return
-        if end and task.state == "processing":
-            self._held[key] = payload
-        else:
-            self._pass_on(task, key, payload)
-
-    def left_processing(self, key: Any) -> None:
-        """The scheduler handled the end of ``key``'s task (it finished, failed, or
-        its worker left): its outcome, if held, goes to the clients now."""
-        if not self._held:
-            return
-        payload = self._held.pop(key, None)
-        task = self._scheduler.tasks.get(key)
-        if payload is not None and task is not None and task.who_wants:
-            self._pass_on(task, key, payload)
-
-    def _pass_on(self, task: Any, key: Any, payload: bytes) -> None:
         message = {"op": EXPRESS_OP, "key": key, "payload": payload}
         for client in task.who_wants:
             stream = self._scheduler.client_comms.get(client.client_key)
