@@ -28,6 +28,7 @@ from hpcfutures._facade.core.batching import Batcher, Stream
 from hpcfutures._facade.core.bundles import SubmitStream
 from hpcfutures._facade.core.futures import TaskFuture
 from hpcfutures._facade.core.mapping import Rest
+from hpcfutures._facade.core.records import Call
 from hpcfutures._facade.maps import _map_calls
 from hpcfutures._remote.calls import Rows, run_bundle, run_chunk_task
 
@@ -356,6 +357,7 @@ class Held:
 
     def __init__(self, cancelled: bool = False) -> None:
         self.cancelled = cancelled
+        self._call = Call()
 
     def done(self) -> bool:
         return self.cancelled
@@ -420,7 +422,7 @@ def test_a_call_sent_alone_is_claimed_without_a_scan_and_never_sent_or_failed_ag
     # A drain fails the calls still held; the one sent alone is running: spared
     # (settling a stand-in would raise here).
     stream.drained([(wanted, square, (1,), {})], error=RuntimeError("drained"))
-    assert wanted._held is None
+    assert wanted._call.held is None
 
 
 # ----------------------------------------------------- sharing the budget

@@ -216,7 +216,7 @@ def recover(recipe, certificate=None, key="k-2", lost_key=None, none_left=None, 
                        lambda coro: pending.add(asyncio.ensure_future(coro)))
         rec._dask = fake
         task_future = future or TaskFuture()
-        task_future._recipe = recipe
+        task_future._call.recipe = recipe
         assert rec.lost(DaskFuture(key), task_future, LookupError(lost_key or key, "tls://w:1"))
         await asyncio.gather(*pending)
         return task_future
@@ -260,7 +260,7 @@ def test_calls_lost_with_a_worker_they_did_not_kill_run_again_a_bounded_number_o
     future = TaskFuture()
     for _ in range(MAX_LOSSES + 2):  # another call killed the worker: no count
         _, resent, _, _ = recover(recipe, culprit_at(0, key="another-task"), future=future)
-        assert len(resent) == 1 and future._losses == 0
+        assert len(resent) == 1 and future._call.losses == 0
     for attempt in range(MAX_LOSSES):
         _, resent, _, _ = recover(recipe, {**culprit_at(0), "culprit": None}, future=future)
         assert len(resent) == 1, f"attempt {attempt + 1} was not sent again"
@@ -284,12 +284,12 @@ def test_a_call_whose_argument_was_lost_waits_for_it_then_runs_again_or_fails_wi
     _, resent, _, fake = recover(recipe, key="mine", lost_key="the-arguments-task")
     assert len(resent) == 1 and fake.asked == [], "a dependent's own worker is not asked"
     picked = TaskFuture()  # done, but the pick of it out of its bundle was lost
-    picked._dask, picked._bundle = DaskFuture("pick-1"), (TaskFuture(), 0)
-    picked._dask.status = "error"
+    picked._call.dask, picked._call.bundle = DaskFuture("pick-1"), (TaskFuture(), 0)
+    picked._call.dask.status = "error"
     picked.set_result(6)
     _, resent, _, _ = recover((run_task, abs, (picked,), {}, True), key="mine",
                               lost_key="pick-1")
-    assert len(resent) == 1 and picked._dask is None and picked._bundle is None, (
+    assert len(resent) == 1 and picked._call.dask is None and picked._call.bundle is None, (
         "a dependent sent again with a lost handle of its argument would be lost again")
     failed = TaskFuture()
     failed.set_exception(hpcfutures.WorkerCrashError("its argument crashed"))
@@ -319,7 +319,7 @@ def test_a_wave_of_dead_workers_is_asked_about_in_one_request():
         rec._dask = fake
         for n in range(50):  # 50 workers' tasks lost, heard of over two turns of the loop
             future = TaskFuture()
-            future._recipe = (run_task, abs, (-n,), {}, False)
+            future._call.recipe = (run_task, abs, (-n,), {}, False)
             assert rec.lost(DaskFuture(f"k-{n}"), future,
                             LookupError(f"k-{n}", f"tls://w:{n % 25}"))
             if n == 24:
@@ -333,10 +333,10 @@ def test_a_wave_of_dead_workers_is_asked_about_in_one_request():
 
 def test_a_done_future_drops_its_recipe():
     future = TaskFuture()
-    future._recipe = (run_task, abs, ([1] * 10,), {}, False)
+    future._call.recipe = (run_task, abs, ([1] * 10,), {}, False)
     future.set_running_or_notify_cancel()
     future.set_result(1)
-    assert future._recipe is None
+    assert future._call.recipe is None
 
 
 class _DaskFuture:
@@ -620,12 +620,12 @@ def test_the_crash_error_says_which_call_it_was():
     too often names its map items."""
     chunk = [(i,) for i in range(10)]
     placed = TaskFuture()
-    placed._places = range(20, 30)
+    placed._call.places = range(20, 30)
     first, _, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(0),
                              future=placed)
     assert "job.f (map item 20) crashed its worker" in str(first.exception(0))
     placed = TaskFuture()
-    placed._places = [3, 7, 8, 9, 12, 13, 14, 15, 16, 17]  # a resumed map: the journal had 4-6
+    placed._call.places = [3, 7, 8, 9, 12, 13, 14, 15, 16, 17]  # a resumed map: the journal had 4-6
     _, resent, _, _ = recover((run_chunk_task, abs, (chunk,), {}, False), culprit_at(1),
                               future=placed)
     (_, (_, _, _, kwargs, _)), = resent
@@ -638,7 +638,7 @@ def test_the_crash_error_says_which_call_it_was():
     (_, (_, _, (again,), _, _)), = resent
     assert "(call abs(1))" in str(again[1][1][0])
     lost = TaskFuture()
-    lost._places, lost._losses = range(20, 30), MAX_LOSSES
+    lost._call.places, lost._call.losses = range(20, 30), MAX_LOSSES
     recover((run_chunk_task, abs, (chunk,), {}, False), None, future=lost)
     assert "(map items 20-29) was running on a worker that was lost" in str(lost.exception(0))
 

@@ -223,14 +223,14 @@ class TaskBridge:
         future = cast(TaskFuture, done)  # only ever a done-callback of our own futures
         with self._lock:
             self._outstanding.discard(future)
-        if future.cancelled() and future._dask is not None:
+        if future.cancelled() and future._call.dask is not None:
             self._loop.call_soon(self._release, future)
         elif future.cancelled() and self._mpi_calls.asking(future):
             self._loop.call_soon(self._mpi_calls.cancelled, future)
 
     # ------------------------------------------------------------ loop thread
     def _release(self, future: TaskFuture) -> None:
-        dask_future, future._dask = future._dask, None
+        dask_future, future._call.dask = future._call.dask, None
         if dask_future is not None and not self._closing:
             self._completions.in_background(self._client.cancel([dask_future]))
 

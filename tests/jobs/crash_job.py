@@ -80,9 +80,10 @@ def one_crash(ex):
         raise AssertionError("the crashing call returned")
     _, pending = cf.wait([*good, chained, dependent], timeout=45)
     for future in pending:  # what it waits for, should it ever hang
-        print(f"STILL PENDING {future} recipe={future._recipe and future._recipe[0].__name__}"
-              f" losses={future._losses} dask={future._dask} bundle={future._bundle}"
-              f" bundle_dask={future._bundle and future._bundle[0]._dask}",
+        call = future._call
+        print(f"STILL PENDING {future} recipe={call.recipe and call.recipe[0].__name__}"
+              f" losses={call.losses} dask={call.dask} bundle={call.bundle}"
+              f" bundle_dask={call.bundle and call.bundle[0]._call.dask}",
               flush=True)
     assert [f.result(timeout=15) for f in good] == [i * i for i in range(30)]
     assert chained.result(timeout=15) == 81

@@ -56,7 +56,7 @@ class SubmitStream(Stream):
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """Queue a call (any thread)."""
         call = (future, fn, args, kwargs)
-        future._held = call
+        future._call.held = call
         self._batcher.add(self, call)
 
     # ------------------------------------------- the engine's view (its lock held)
@@ -64,7 +64,7 @@ class SubmitStream(Stream):
         pending = self.pending
         while pending:
             future, fn = pending[0][:2]
-            if future._held is not None and not future.done():
+            if future._call.held is not None and not future.done():
                 return fn
             pending.popleft()  # cancelled while waiting here, or sent at once alone
         return None
@@ -75,10 +75,10 @@ class SubmitStream(Stream):
         taken: list[tuple[Any, ...]] = []
         while pending and len(taken) < n:
             call = pending[0]
-            if call[0]._held is None or call[0].done():
+            if call[0]._call.held is None or call[0].done():
                 pending.popleft()
             elif call[1] is fn:
-                call[0]._held = None
+                call[0]._call.held = None
                 taken.append(pending.popleft())
             else:
                 break
@@ -90,10 +90,10 @@ class SubmitStream(Stream):
         O(1): its entry stays in ``pending``, skipped when it comes to the front,
         so a dependent ``submit`` costs no scan of the calls held (10⁶ may be).
         """
-        call = future._held
+        call = future._call.held
         if call is None or future.done():
             return None
-        future._held = None
+        future._call.held = None
         return call
 
     # ---------------------------------------------------------- loop thread
@@ -111,10 +111,10 @@ class SubmitStream(Stream):
             self._batcher.done(self)
             self._wake()
             return
-        bundle._members = [future for future, *_rest in calls]
-        bundle._sent_at = time.monotonic()
+        bundle._call.members = [future for future, *_rest in calls]
+        bundle._call.sent_at = time.monotonic()
         for index, (future, *_rest) in enumerate(calls):
-            future._bundle = (bundle, index)
+            future._call.bundle = (bundle, index)
             mark_running(future)
         self._calls_of[bundle] = calls
         self._early_outcomes[bundle] = lambda early: self._arrived_early(bundle, early)
@@ -139,23 +139,23 @@ class SubmitStream(Stream):
             return  # came back already, or given back already
         again = calls[rest:]
         del calls[rest:]
-        if bundle._members is not None:
-            del bundle._members[rest:]
-        if bundle._recipe is not None:  # sent again without them, should its worker die
-            runner, fn, args, kwargs, depends = bundle._recipe
-            bundle._recipe = (runner, fn, (args[0][:rest], *args[1:]), kwargs, depends)
+        if bundle._call.members is not None:
+            del bundle._call.members[rest:]
+        if bundle._call.recipe is not None:  # sent again without them, should its worker die
+            runner, fn, args, kwargs, depends = bundle._call.recipe
+            bundle._call.recipe = (runner, fn, (args[0][:rest], *args[1:]), kwargs, depends)
         for future, *_rest in again:
             # A pick of it out of this bundle fails (GivenBack): its dependent is sent
             # again once it is settled (recovery.py), with a pick from its new bundle.
-            future._dask = None
+            future._call.dask = None
         self._batcher.count_out(self)
         self.dispatch(again)
 
     def drained(self, calls: list, error: BaseException) -> None:
         """The executor drained: the calls still held here fail with ``error``."""
         for future, *_rest in calls:
-            if future._held is not None:  # not one already sent alone
-                future._held = None
+            if future._call.held is not None:  # not one already sent alone
+                future._call.held = None
                 settle(future, exception=error)
 
     def send_now(self, future: TaskFuture) -> None:
@@ -179,7 +179,7 @@ class SubmitStream(Stream):
             outcome = bundle.result()
             busy = sum(outcome.seconds)
             self._batcher.done(self, _per_function(calls, outcome), busy,
-                               waited(outcome.idle, bundle._sent_at, busy))
+                               waited(outcome.idle, bundle._call.sent_at, busy))
             _deliver(calls, outcome.results)
             # The bundle outlives this call while any of its futures lives (an
             # argument picks its value from the bundle's Dask future), so it must

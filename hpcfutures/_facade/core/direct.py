@@ -130,7 +130,7 @@ class DirectLane:
             return None
         key = f"{self._prefix}{next(self._counter)}"
         group = TaskFuture()
-        group._recipe = (run_bundle, None, (calls,), {}, False)
+        group._call.recipe = (run_bundle, None, (calls,), {}, False)
         self.sent += 1
         self._asking += 1
         self._running.add(group)
@@ -174,6 +174,6 @@ class DirectLane:
             self._answered()
 
     def _reroute(self, group: TaskFuture) -> None:
-        if not group.done() and group._recipe is not None:
+        if not group.done() and group._call.recipe is not None:
             self.rerouted += 1
-            self._resend(group, group._recipe)
+            self._resend(group, group._call.recipe)

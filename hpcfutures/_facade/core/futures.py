@@ -1,10 +1,10 @@
 """The futures an executor hands out, and the one way they are completed.
 
 A :class:`TaskFuture` is a real :class:`concurrent.futures.Future`, so
-``wait``, ``as_completed`` and ``add_done_callback`` work unchanged.  It also
-remembers how its value can be reached on the cluster (its Dask future, or
-its place in a bundle), so that passing it to another ``submit`` makes a
-dependency that Dask resolves worker to worker.
+``wait``, ``as_completed`` and ``add_done_callback`` work unchanged.  The
+engine's record of its call (:mod:`.records`) says how its value can be reached
+on the cluster (its Dask future, or its place in a bundle), so that passing it
+to another ``submit`` makes a dependency that Dask resolves worker to worker.
 
 Several paths may complete the same future (its task finished, its bundle
 failed, the executor broke); :func:`settle` lets the first one win.
@@ -16,8 +16,9 @@ import _thread
 import concurrent.futures as cf
 import logging
 import threading
-from collections.abc import Sequence
 from typing import Any
+
+from .records import Call
 
 __all__ = ["TaskFuture", "mark_running", "settle"]
 
@@ -91,46 +92,29 @@ class _LeanCondition:
 
 
 class TaskFuture(cf.Future):
-    """A ``concurrent.futures.Future`` for a task of an hpcfutures executor."""
+    """A ``concurrent.futures.Future`` for a task of an hpcfutures executor.
 
-    #: When a group's task was sent (``time.monotonic``), for ``pacing.py``; a class
-    #: default, so that the futures of single calls (10⁶ may be held) carry nothing.
-    _sent_at: float | None = None
-    #: The direct call it waits for before it can be sent (sending.py), while it
-    #: does: its own dependents wait for that call too.  A class default, as above.
-    _parked: TaskFuture | None = None
+    It holds no engine state of its own: ``_call`` is the engine's record of its
+    call (:class:`~.records.Call`), which only the engine reads.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self._condition = _LeanCondition()  # type: ignore[assignment]  # see _LeanCondition
-        #: The Dask future computing this value, once sent on its own.
-        self._dask: Any = None
-        #: (bundle future, index) once sent inside a bundle (see bundles.py).
-        self._bundle: tuple[TaskFuture, int] | None = None
-        #: How to send its task again, should its worker die under it (see
-        #: recovery.py): ``(runner, fn, args, kwargs, depends)``; dropped once done.
-        self._recipe: tuple | None = None
-        #: Times its task was lost with a worker that it did not kill.
-        self._losses = 0
-        #: A bundle's own futures (their picks are made again if it is sent again).
-        self._members: list[TaskFuture] | None = None
-        #: A map chunk's place: the positions of its items in the map (for errors).
-        self._places: Sequence[int] | None = None
-        #: Its call while it waits to be bundled (see bundles.py); None once sent.
-        self._held: tuple | None = None
+        self._call = Call()
 
     def set_result(self, result: Any) -> None:
-        self._recipe = self._members = None  # a done future holds no call
+        self._call.settled()
         super().set_result(result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        self._recipe = self._members = None
+        self._call.settled()
         super().set_exception(exception)
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
         if cancelled:
-            self._recipe = self._members = None
+            self._call.settled()
         return cancelled
 
     def _invoke_callbacks(self) -> None:

@@ -205,10 +205,10 @@ class MapRun(Stream):
                 chunk = calls if self._rest is None else Rows(calls, spread=False)
                 future = self._bridge.send_chunk(self.fn, chunk, self._depends)
                 start, end = self._dispatched, self._dispatched + len(calls)
-                future._places = (range(start, end) if self._positions is None
+                future._call.places = (range(start, end) if self._positions is None
                                   else self._positions[start:end])
                 self._in_flight[future] = self._dispatched
-                future._sent_at = time.monotonic()
+                future._call.sent_at = time.monotonic()
                 self._dispatched += len(calls)
         if future is None:
             self._batcher.done(self)
@@ -259,7 +259,7 @@ class MapRun(Stream):
                 elif outcome.values:
                     measured.append((self.fn, outcome.seconds / len(outcome.values)))
                 busy = outcome.seconds
-                idle = waited(outcome.idle, future._sent_at, busy)
+                idle = waited(outcome.idle, future._call.sent_at, busy)
                 if handed:  # the consumer has the first ones already
                     del self._outcomes[start]
                     self._outcomes[start + handed] = ChunkOutcome(

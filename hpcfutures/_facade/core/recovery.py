@@ -92,19 +92,22 @@ class Recovery:
 
     def lost(self, dask_future: Any, future: TaskFuture, exception: BaseException) -> bool:
         """Take over ``future`` if its task was lost with a worker; whether it did."""
-        if isinstance(exception, GivenBack) and future._recipe is not None:
+        call = getattr(future, "_call", None)  # None: not a call of this engine's
+        if call is None or call.recipe is None:
+            return False
+        if isinstance(exception, GivenBack):
             # An argument picked out of a bundle that gave that call back to run elsewhere.
-            self._background(self._after_arguments(future, future._recipe))
+            self._background(self._after_arguments(future, call.recipe))
             return True
         lost = self._dask.lost_worker(exception)
-        if lost is None or getattr(future, "_recipe", None) is None:
+        if lost is None:
             return False
         self._background(self._recover(dask_future, future, *lost))
         return True
 
     async def _recover(self, dask_future: Any, future: TaskFuture, key: str,
                        worker: str) -> None:
-        recipe = future._recipe
+        recipe = future._call.recipe
         if future.done() or recipe is None:
             return
         if key != str(dask_future.key):  # an argument's task was lost, not this one
@@ -115,9 +118,9 @@ class Recovery:
     def lost_directly(self, future: TaskFuture, key: str, worker: str) -> None:
         """``future``'s group, sent straight to ``worker`` under ``key`` (direct.py),
         was lost with it: judged as any task lost with its worker."""
-        if future.done() or future._recipe is None:
+        if future.done() or future._call.recipe is None:
             return
-        self._background(self._judge(future, future._recipe, key, worker))
+        self._background(self._judge(future, future._call.recipe, key, worker))
 
     async def _judge(self, future: TaskFuture, recipe: tuple, key: str, worker: str) -> None:
         """Blame the call the certificate names, or send the group again."""
@@ -126,17 +129,18 @@ class Recovery:
         culprit = certificate.get("culprit")
         if culprit is not None and culprit.get("key") == key:
             index = int(culprit["index"])
-            call = call_label(recipe, index, future._places)
-            self._blame(future, recipe, index, crash_error(certificate, call))
+            label = call_label(recipe, index, future._call.places)
+            self._blame(future, recipe, index, crash_error(certificate, label))
             if self.crash_status is None:
                 self.crash_status = exit_status_of(certificate)
         elif culprit is not None:  # another call killed it: not this one's doing
             self._resend(future, recipe)
         else:
-            future._losses += 1
-            if future._losses > MAX_LOSSES:
-                settle(future, exception=lost_error(recipe, future._losses, certificate or None,
-                                                    call_label(recipe, None, future._places)))
+            call = future._call
+            call.losses += 1
+            if call.losses > MAX_LOSSES:
+                settle(future, exception=lost_error(recipe, call.losses, certificate or None,
+                                                    call_label(recipe, None, call.places)))
             else:
                 self._resend(future, recipe)
         if answer.get("none_left"):
@@ -222,16 +226,17 @@ class Recovery:
             if error is not None:
                 settle(future, exception=error)
                 return
-            handle = argument._dask
+            handle = argument._call.dask
             if handle is not None and getattr(handle, "status", None) in _GONE:
                 # Its value is here, but its task on the cluster (or the pick of
                 # it out of a bundle) was lost and is not run again: the value
                 # travels with the call instead.
-                argument._dask = argument._bundle = None
-        future._losses += 1
-        if future._losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
-            settle(future, exception=lost_error(recipe, future._losses, None,
-                                                call_label(recipe, None, future._places)))
+                argument._call.dask = argument._call.bundle = None
+        call = future._call
+        call.losses += 1
+        if call.losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
+            settle(future, exception=lost_error(recipe, call.losses, None,
+                                                call_label(recipe, None, call.places)))
         elif not future.done():
             self._resend(future, recipe)
 

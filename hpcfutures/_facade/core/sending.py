@@ -110,11 +110,11 @@ class Sender:
             if future.done():
                 continue
             # Kept until it is done: to send it again if its worker dies (recovery.py).
-            future._recipe = (runner, fn, args, kwargs, depends)
+            record = future._call
+            record.recipe = (runner, fn, args, kwargs, depends)
+            record.parked = None  # parked no more, if it was: it is being sent now
             # One graph per runner and needs; per call count too when counts are annotated.
             calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
-            if future._parked is not None:
-                future._parked = None  # parked no more: it is being sent now
             if depends:
                 resolved = self._resolve_or_settle(future, runner, fn, args, kwargs)
                 if resolved is _NotSentYet:
@@ -147,7 +147,7 @@ class Sender:
         def requeue(_done: cf.Future) -> None:
             self._requeue(item)
 
-        item[0]._parked = group
+        item[0]._call.parked = group
         group.add_done_callback(requeue)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
@@ -167,7 +167,7 @@ class Sender:
             dask_futures = [self._send_one(runner, item, calls) for item in group]
         for (future, *_), dask_future in zip(group, dask_futures, strict=False):
             if dask_future is not None:
-                future._dask = dask_future
+                future._call.dask = dask_future
                 self._follow(dask_future, future)
 
     def _send_one(self, runner: Callable[..., Any], item: tuple, calls: int = 1) -> Any:
@@ -206,9 +206,9 @@ class Sender:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
         internal = TaskFuture()
-        internal._dask = dask_future
+        internal._call.dask = dask_future
         # A bundle's recipe has no keyword arguments: its slot keeps the restrictions.
-        internal._recipe = (runner, None, args, _restricted(resources), False)
+        internal._call.recipe = (runner, None, args, _restricted(resources), False)
         self._follow(dask_future, internal)
         return internal
 
@@ -231,12 +231,13 @@ class Sender:
     def resend(self, future: TaskFuture, recipe: tuple) -> None:
         """Send ``future``'s group again, as ``recipe`` says (its worker died under it)."""
         runner, fn, args, kwargs, depends = recipe
-        future._dask = None
+        call = future._call
+        call.dask = None
         if runner is not run_bundle:
             self.send_queued([(future, runner, fn, args, kwargs, depends)])
             return
-        for member in future._members or ():
-            member._dask = None  # a pick from the lost bundle: made again on demand
+        for member in call.members or ():
+            member._call.dask = None  # a pick from the lost bundle: made again on demand
         key = self._key("bundle")
         try:
             with self._counted(len(args[0])):
@@ -246,17 +247,17 @@ class Sender:
         except Exception as err:
             settle(future, exception=err)
             return
-        future._dask, future._recipe = dask_future, recipe
+        call.dask, call.recipe = dask_future, recipe
         self._follow(dask_future, future)
 
     def launch_alone(self, future: TaskFuture, fn: Callable[..., Any], args: tuple,
                      kwargs: dict) -> None:
         """Send one user call as its own Dask task (its failure stays its own)."""
         key = self._key(getattr(fn, "__name__", "task"))
-        future._recipe = (run_task, fn, args, kwargs, False)
+        future._call.recipe = (run_task, fn, args, kwargs, False)
         dask_future = self._send_one(run_task, (future, fn, *carried(args, kwargs), key))
         if dask_future is not None:
-            future._dask = dask_future
+            future._call.dask = dask_future
             self._follow(dask_future, future)
 
     # ------------------------------------------------------- dependencies
@@ -296,26 +297,27 @@ class Sender:
         """The Dask future standing for ``future``'s result, made on demand."""
         if not isinstance(future, TaskFuture):
             return future  # another executor's, inside a map item: fails as unpicklable
-        if future._dask is not None:
-            return future._dask
+        call = future._call
+        if call.dask is not None:
+            return call.dask
         if future.cancelled():
             raise cf.CancelledError("a future passed as an argument was cancelled")
-        if future._parked is not None and not future.done():
-            raise _AfterDirect(future._parked)  # it waits for a direct call: so does this
-        if future._bundle is None and not future.done():
+        if call.parked is not None and not future.done():
+            raise _AfterDirect(call.parked)  # it waits for a direct call: so does this
+        if call.bundle is None and not future.done():
             self._send_now(future)
-        if future._bundle is not None:
-            bundle, index = future._bundle
-            if bundle._dask is None:  # sent straight to a worker (direct.py)
+        if call.bundle is not None:
+            bundle, index = call.bundle
+            if bundle._call.dask is None:  # sent straight to a worker (direct.py)
                 if not future.done():
                     raise _AfterDirect(bundle)
                 if future.exception() is not None:
                     raise _ArgumentFailed(future.exception())  # type: ignore[arg-type]
                 return future.result()  # the value travels with its dependent
             with self._counted(0):  # picks a value, runs no call
-                future._dask = self._client.submit(pick, bundle._dask, index,
-                                                   key=self._key("pick"), pure=False)
-            return future._dask
+                call.dask = self._client.submit(pick, bundle._call.dask, index,
+                                                key=self._key("pick"), pure=False)
+            return call.dask
         if future.done():
             return future.result()  # failed before it was sent: raises its error
         raise _NotSentYet
