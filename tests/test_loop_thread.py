@@ -1,10 +1,16 @@
 """The loop thread behind the synchronous facade: what a caller on another thread sees."""
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
+from helpers import JOBS, contract_passed, hpcfutures_run, run_job
 
 from hpcfutures._support.loop import LoopThread
+
+CONTRACT = JOBS / "contract_job.py"
 
 
 @pytest.fixture
@@ -89,3 +95,60 @@ def test_a_dask_client_cancelled_while_reconnecting_as_the_loop_stops_logs_no_er
         assert dask_client.level == level
     finally:
         dask_client.removeHandler(keep)
+
+
+# ------------------------------------------- "loop thread only", in development mode
+_MARKED = """
+import threading
+from hpcfutures._support.loop import LoopThread, loop_thread_only
+
+class Engine:
+    @loop_thread_only
+    def send(self, x):
+        return x + 1
+
+engine = Engine()
+loop = LoopThread("checked-loop")
+done = threading.Event()
+answers = []
+loop.call_soon(lambda: (answers.append(engine.send(1)), done.set()))
+done.wait(10)
+print("ON THE LOOP", answers)
+try:
+    engine.send(1)
+except AssertionError as err:
+    print("REFUSED", err)
+else:
+    print("ALLOWED")
+loop.stop()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("dev_mode", [True, False])
+def test_an_engine_method_called_off_the_loop_thread_is_refused_in_development_mode(dev_mode):
+    flags = ["-X", "dev"] if dev_mode else []
+    done = subprocess.run([sys.executable, *flags, "-c", _MARKED], capture_output=True,
+                          text=True, timeout=50, env={**os.environ, "PYTHONDEVMODE": ""})
+    assert done.returncode == 0, done.stderr
+    assert "ON THE LOOP [2]" in done.stdout, done.stdout
+    if dev_mode:
+        assert ("REFUSED Engine.send runs on the executor's loop thread only, called on "
+                "thread 'MainThread'") in done.stdout, done.stdout
+    else:  # no check, no cost: the method is the one defined
+        assert "ALLOWED" in done.stdout, done.stdout
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("launch", ["laptop", "run"])
+def test_the_contract_in_development_mode_runs_every_engine_method_on_the_loop_thread(launch):
+    """Every check of the executor contract (submit, map, dependencies, bundles given
+    back, timeouts, cancellation, a call that kills its worker, shutdown) with the
+    engine's loop-thread assertions on, in every process of the launch."""
+    env = {"PYTHONDEVMODE": "1", "PYTHONWARNINGS": "ignore"}
+    if launch == "laptop":
+        job = run_job([sys.executable, CONTRACT], timeout=200, env=env)
+    else:
+        job = hpcfutures_run(3, CONTRACT, timeout=200, env=env)
+    assert "loop thread only" not in job.stdout + job.stderr, job
+    assert contract_passed(job), job

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 from .._errors import BrokenHPCExecutor, TimeLimitError
 from .._remote.calls import Rows, run_chunk_task, run_task
-from .._support.loop import LoopThread
+from .._support.loop import LoopThread, loop_thread_only
 from .._support.patience import Patience
 from .core.arguments import futures_in
 from .core.batching import Batcher, small_launch
@@ -229,11 +229,13 @@ class TaskBridge:
             self._loop.call_soon(self._mpi_calls.cancelled, future)
 
     # ------------------------------------------------------------ loop thread
+    @loop_thread_only
     def _release(self, future: TaskFuture) -> None:
         dask_future, future._call.dask = future._call.dask, None
         if dask_future is not None and not self._closing:
             self._completions.in_background(self._client.cancel([dask_future]))
 
+    @loop_thread_only
     def _flush(self) -> None:
         """Send the groups the engine cuts now, then every queued task; nothing while
         a lone call is out straight to a worker (direct.py: its answer wakes this)."""
@@ -355,6 +357,7 @@ class TaskBridge:
         """``await question(client)`` on the loop, answered within ``timeout`` s (not from it)."""
         return self._loop.run_sync(question(self._client), timeout)
 
+    @loop_thread_only
     def cluster_changed(self, workers: int, threads: int, left: Sequence[str] = ()) -> None:
         """The scheduler's word on the workers and threads present, and on those that
         left since it last spoke (loop thread).

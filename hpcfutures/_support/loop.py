@@ -3,7 +3,9 @@
 The client keeps a single event loop in a daemon thread; everything Dask does
 on the client runs there.  Synchronous code reaches it only through
 :meth:`LoopThread.run_sync` (wait for a coroutine, with a deadline) and
-:meth:`LoopThread.call_soon` (fire and forget).
+:meth:`LoopThread.call_soon` (fire and forget).  The engine's methods that
+must run there say so with :func:`loop_thread_only`, checked in Python's
+development mode (``python -X dev`` or ``PYTHONDEVMODE=1``).
 """
 
 from __future__ import annotations
@@ -14,15 +16,43 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from .logs import dask_silenced, quiet_for_shutdown
 
-__all__ = ["LoopThread", "run_until_complete", "stop_on_signals"]
+__all__ = ["LoopThread", "loop_thread_only", "run_until_complete", "stop_on_signals"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+#: Marks the threads of :class:`LoopThread` (``here`` is true in them).
+_LOOP_THREADS = threading.local()
+
+
+def loop_thread_only(method: Callable[P, T]) -> Callable[P, T]:
+    """Mark ``method`` as one that runs on a :class:`LoopThread`'s loop only: it
+    touches the Dask client (not thread-safe) or the engine's records.
+
+    In Python's development mode a call from any other thread raises
+    ``AssertionError`` naming the method and the thread; otherwise the method is
+    returned as it is (no cost).  Read when the method is defined: the mode is
+    set before the interpreter starts.
+    """
+    if not sys.flags.dev_mode:
+        return method
+
+    @functools.wraps(method)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> T:
+        if not getattr(_LOOP_THREADS, "here", False):
+            raise AssertionError(
+                f"{method.__qualname__} runs on the executor's loop thread only, "
+                f"called on thread {threading.current_thread().name!r}")
+        return method(*args, **kwargs)
+
+    return checked
 
 
 class LoopThread:
@@ -41,6 +71,7 @@ class LoopThread:
         return self._loop
 
     def _run(self) -> None:
+        _LOOP_THREADS.here = True
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from ..._remote.calls import BundleOutcome, restore_traceback, run_bundle
 from ..._remote.express import Early
+from ..._support.loop import loop_thread_only
 from .batching import Batcher, Stream
 from .futures import TaskFuture, mark_running, settle
 from .pacing import waited
@@ -97,6 +98,7 @@ class SubmitStream(Stream):
         return call
 
     # ---------------------------------------------------------- loop thread
+    @loop_thread_only
     def dispatch(self, calls: list) -> None:
         """Send one bundle; if it cannot be pickled as a whole, each call alone."""
         group = [(fn, args, kwargs) for _, fn, args, kwargs in calls]
@@ -130,6 +132,7 @@ class SubmitStream(Stream):
         if early.rest is not None:
             self.given_back(bundle, early.rest)
 
+    @loop_thread_only
     def given_back(self, bundle: TaskFuture, rest: int) -> None:
         """The worker gave back ``bundle``'s calls from ``rest`` on (a call before them
         ran long: ``_remote/express.py``): they go again as a bundle of their own, for
@@ -158,6 +161,7 @@ class SubmitStream(Stream):
                 future._call.held = None
                 settle(future, exception=error)
 
+    @loop_thread_only
     def send_now(self, future: TaskFuture) -> None:
         """Send a waiting call at once, alone: its future is about to become an argument."""
         call = self._batcher.take_out(self, lambda: self._claim(future))

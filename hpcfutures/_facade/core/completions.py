@@ -24,6 +24,7 @@ from typing import Any
 from ..._errors import RemoteTraceback, SerializationError
 from ..._remote.calls import restore_traceback
 from ..._remote.express import Early
+from ..._support.loop import loop_thread_only
 from .futures import TaskFuture, settle
 
 __all__ = ["GATHERS", "SLOW_GATHER", "Completions", "as_serialization_error"]
@@ -115,11 +116,13 @@ class Completions:
         task.add_done_callback(self._background.discard)
         return task
 
+    @loop_thread_only
     def follow(self, dask_future: Any, future: TaskFuture) -> None:
         """Settle ``future`` when ``dask_future`` ends."""
         self._awaiting[dask_future.key] = future
         self.in_background(self._watch(dask_future, future))
 
+    @loop_thread_only
     def arrived(self, key: Any, payload: bytes) -> None:
         """A task's small result, sent ahead of its end: no fetch needed.
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from ..._remote.calls import restore_traceback, run_bundle
 from ..._remote.carried import Carried
+from ..._support.loop import loop_thread_only
 from .completions import as_serialization_error
 from .futures import TaskFuture, settle
 
@@ -117,6 +118,7 @@ class DirectLane:
         seconds = self._estimate(fn)
         return seconds is not None and seconds <= SHORT_CALL
 
+    @loop_thread_only
     def launch(self, calls: list) -> TaskFuture | None:
         """Send a bundle of one call (functions already shipped; :meth:`takes` said
         yes) to a worker; its group's future, or None when it must go the usual way."""

@@ -44,6 +44,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from ..._remote.calls import ChunkOutcome, Rows, restore_traceback
+from ..._support.loop import loop_thread_only
 from .arguments import futures_in, plain_rows
 from .batching import Stream
 from .futures import TaskFuture
@@ -196,6 +197,7 @@ class MapRun(Stream):
             return super().take(n)
         return self._rest.take(n)
 
+    @loop_thread_only
     def dispatch(self, calls: Any) -> None:
         """Send a chunk the engine cut off this map (loop thread)."""
         with self._cond:

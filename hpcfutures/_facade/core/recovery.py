@@ -36,6 +36,7 @@ from ..._errors import WorkerCrashError
 from ..._remote.calls import GivenBack, fail_with, restore_traceback, run_bundle, run_chunk_task
 from ..._remote.carried import uncarried
 from ..._remote.deathwatch import function_name
+from ..._support.loop import loop_thread_only
 from ..._support.patience import Patience
 from .arguments import futures_in
 from .futures import TaskFuture, settle
@@ -90,6 +91,7 @@ class Recovery:
         self._wave: list[str] = []
         self._wave_request: asyncio.Future | None = None
 
+    @loop_thread_only
     def lost(self, dask_future: Any, future: TaskFuture, exception: BaseException) -> bool:
         """Take over ``future`` if its task was lost with a worker; whether it did."""
         call = getattr(future, "_call", None)  # None: not a call of this engine's
@@ -115,6 +117,7 @@ class Recovery:
             return
         await self._judge(future, recipe, key, worker)
 
+    @loop_thread_only
     def lost_directly(self, future: TaskFuture, key: str, worker: str) -> None:
         """``future``'s group, sent straight to ``worker`` under ``key`` (direct.py),
         was lost with it: judged as any task lost with its worker."""

@@ -30,6 +30,7 @@ from ..._remote.carried import Carried, Slot, carried, uncarried
 from ..._remote.modules import to_ship
 from ..._remote.shipping import ShippedFunction
 from ..._reports.summary import CALLS_ANNOTATION
+from ..._support.loop import loop_thread_only
 from .arguments import swap_futures
 from .direct import DirectLane
 from .futures import TaskFuture, settle
@@ -103,6 +104,7 @@ class Sender:
         return dask.annotate(**{CALLS_ANNOTATION: calls})
 
     # ------------------------------------------------------------- batches
+    @loop_thread_only
     def send_queued(self, items: list[tuple]) -> None:
         """Send ``(future, runner, fn, args, kwargs, depends)`` items, in order."""
         groups: dict[tuple, list] = {}
@@ -186,6 +188,7 @@ class Sender:
             return None
 
     # ------------------------------------------------------ single tasks
+    @loop_thread_only
     def launch_internal(self, runner: Callable[..., Any], args: tuple, name: str,
                         calls: int = 1) -> TaskFuture | None:
         """Send one task of the library's own (a bundle); None if it cannot be pickled."""
@@ -212,6 +215,7 @@ class Sender:
         self._follow(dask_future, internal)
         return internal
 
+    @loop_thread_only
     def launch_direct(self, calls: list, lane: DirectLane) -> TaskFuture | None:
         """Send a bundle of one call straight to a worker (direct.py); None if it
         must go the usual way (its function states needs: the scheduler places it; or
@@ -228,6 +232,7 @@ class Sender:
         shipped = _shipped_functions((fn for fn, *_ in calls), to_ship(self._client))
         return [(shipped.get(id(fn), fn), *rest) for fn, *rest in calls]
 
+    @loop_thread_only
     def resend(self, future: TaskFuture, recipe: tuple) -> None:
         """Send ``future``'s group again, as ``recipe`` says (its worker died under it)."""
         runner, fn, args, kwargs, depends = recipe
@@ -250,6 +255,7 @@ class Sender:
         call.dask, call.recipe = dask_future, recipe
         self._follow(dask_future, future)
 
+    @loop_thread_only
     def launch_alone(self, future: TaskFuture, fn: Callable[..., Any], args: tuple,
                      kwargs: dict) -> None:
         """Send one user call as its own Dask task (its failure stays its own)."""
