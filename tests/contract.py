@@ -335,6 +335,45 @@ def calls_submitted_after_a_slow_one_do_not_wait_for_it(ex):
     slow.result(timeout=scaled(30))
 
 
+def mull(seconds, marker=None):
+    time.sleep(seconds)
+    if marker is not None:
+        with open(marker, "w"):
+            pass
+    return seconds
+
+
+@check
+def map_items_behind_a_slow_one_run_on_a_free_worker(ex):
+    """The items of a map cut into one chunk behind a slow item are given back by its
+    worker and run on a free thread while it runs (ProcessPoolExecutor: no wait either);
+    the results still come in order.  With one worker there is none."""
+    if len(ex.worker_memory_limits()) < 2:
+        return
+    list(ex.map(mull, [0] * 200))  # measured as short: the next map goes in few chunks
+    folder = tempfile.mkdtemp(prefix="hpcf-contract-")
+    markers = [os.path.join(folder, str(index)) for index in range(21)]
+    started = time.time()  # the markers' times are the wall clock's
+    results = ex.map(mull, [scaled(2)] + [0] * 20, markers)
+
+    def quick_ones_done() -> bool:
+        return all(os.path.exists(marker) for marker in markers[1:])
+
+    try:
+        wait_until(quick_ones_done, 1.2, "the quick items behind the slow one to be done "
+                   "while it ran", cap=0.05)
+    except AssertionError:
+        list(results)  # all done now
+        late = {index: round(os.path.getmtime(marker) - started, 2)
+                for index, marker in enumerate(markers)
+                if index and os.path.getmtime(marker) - started > scaled(1.2)}
+        raise AssertionError(f"quick items waited for the slow item, by index, done after "
+                             f"(s): {late}; the slow one after "
+                             f"{os.path.getmtime(markers[0]) - started:.2f} s") from None
+    assert list(results) == [scaled(2)] + [0] * 20
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def linger(seconds):
     time.sleep(seconds)
     return seconds

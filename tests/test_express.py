@@ -147,9 +147,11 @@ def test_on_the_laptop_small_results_are_never_fetched_and_large_ones_are(monkey
         assert gathers, "a result past the cap came through the scheduler"
 
 
-def _run_on_a_worker_thread(early: bool) -> tuple[list, list]:
+def _run_on_a_worker_thread(early: bool, may_give_back: bool = False,
+                            ran: list | None = None) -> tuple[list, list]:
     """A chunk whose second item is slow, run on a thread of its own (a fresh slot) with
-    a made-up sender: what travelled ahead, and the early heartbeats."""
+    a made-up sender: what travelled ahead, and the early heartbeats (``ran``: gets
+    the chunk's outcome)."""
     import time
 
     from hpcfutures._remote import express
@@ -161,9 +163,14 @@ def _run_on_a_worker_thread(early: bool) -> tuple[list, list]:
                        lambda: (lambda: "chunk-key", lambda key, payload: sent.append(
                            pickle.loads(payload)), lambda: nudges.append(1)))
     try:
-        thread = threading.Thread(target=run_chunk, args=(
-            time.sleep, [(0.0,), (scaled(4 * express.GIVE_BACK_AFTER),), (0.0,)]),
-            kwargs={"early": early})
+        def chunk() -> None:
+            outcome = run_chunk(time.sleep, [(0.0,), (scaled(4 * express.GIVE_BACK_AFTER),),
+                                             (0.0,), (0.0,)],
+                                early=early, may_give_back=may_give_back)
+            if ran is not None:
+                ran.append(outcome)
+
+        thread = threading.Thread(target=chunk)
         thread.start()
         thread.join(scaled(30))
         assert not thread.is_alive(), "the chunk did not end"
@@ -184,3 +191,18 @@ def test_a_running_chunk_sends_its_finished_items_ahead_only_on_a_small_launch()
         == [(0, [None])], sent
     assert nudges == [1]
     assert _run_on_a_worker_thread(early=False) == ([], [])
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_chunk_gives_back_the_items_behind_a_slow_one_on_any_launch(early):
+    """The items after one that has run GIVE_BACK_AFTER s (and ten times the mean) are
+    given back, none of them run here: the word travels with the outcomes before them,
+    and the chunk's outcome holds the values up to the slow item, with no error."""
+    from hpcfutures._remote.express import Early
+
+    ran: list = []
+    sent, _ = _run_on_a_worker_thread(early=early, may_give_back=True, ran=ran)
+    word = [early for early in sent if isinstance(early, Early) and early.rest is not None]
+    assert [early.rest for early in word] == [2], sent
+    [outcome] = ran
+    assert outcome.values == [None, None] and outcome.error is None, outcome

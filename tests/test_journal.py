@@ -472,3 +472,40 @@ def test_a_map_reads_results_from_every_segment_and_runs_the_rest(tmp_path):
                        + [v * 1000 for v in range(40, 60)] + list(range(60, 100)))
     assert lookup.keys[:32] == journal.key(abs, (-20,), {})
     assert "resumed 80 of 120 calls" in journal.close()
+
+
+def _mull(seconds, marker):
+    import pathlib
+    import time
+
+    time.sleep(seconds)
+    pathlib.Path(marker).touch()
+    return seconds
+
+
+@pytest.mark.timeout(120)
+def test_a_journaled_maps_items_behind_a_slow_one_run_elsewhere_and_are_recorded(tmp_path):
+    """A journal takes no results ahead of a chunk's end, but the word that its worker
+    gave the items behind a slow one back still comes at once: they run on the free
+    worker while the slow one runs, and every result is recorded (a rerun runs none)."""
+    import os
+    import time
+
+    from pace import scaled
+
+    journal = tmp_path / "journal"
+    markers = [str(tmp_path / str(index)) for index in range(21)]
+    seconds = [scaled(2)] + [0] * 20
+    with hpcfutures.Executor(2, journal=journal) as ex:
+        list(ex.map(_mull, [0] * 200, [str(tmp_path / "warm-up")] * 200))  # measured short
+        started = time.time()
+        assert list(ex.map(_mull, seconds, markers)) == seconds
+    late = {index: round(os.path.getmtime(marker) - started, 2)
+            for index, marker in enumerate(markers)
+            if index and os.path.getmtime(marker) - started > scaled(1.2)}
+    assert not late, f"items behind the slow one, by index, done after (s): {late}"
+    for marker in markers:
+        os.remove(marker)
+    with hpcfutures.Executor(2, journal=journal) as ex:
+        assert list(ex.map(_mull, seconds, markers)) == seconds
+    assert not any(os.path.exists(marker) for marker in markers), "a recorded call ran again"

@@ -185,8 +185,12 @@ class TaskBridge:
             broken = self._broken
             if broken is None:
                 self._outstanding.add(future)
-                early = {} if small_launch(self._total_threads) else {"early": False}
-                self._queue.append((future, run_chunk_task, fn, (chunk,), early, depends))
+                options: dict[str, bool] = {}
+                if not small_launch(self._total_threads):
+                    options["early"] = False  # no results ahead of the chunk's end
+                if self._tally is not None:  # the scheduler counts its calls where it ran
+                    options["give_back"] = False
+                self._queue.append((future, run_chunk_task, fn, (chunk,), options, depends))
         if broken is not None:
             settle(future, exception=broken)
         else:

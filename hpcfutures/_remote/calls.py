@@ -179,12 +179,15 @@ class ChunkOutcome:
 
 
 def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True,
-              early: bool = True) -> ChunkOutcome:
+              early: bool = True, may_give_back: bool = True) -> ChunkOutcome:
     """Call ``fn`` on each argument tuple of a ``map`` chunk, in order (with
     ``spread`` false, ``chunk`` holds each call's only argument instead).
 
     Stops at the first exception and returns it beside the results before it,
-    so the client can yield those and raise at the right position.
+    so the client can yield those and raise at the right position.  The items
+    behind one that runs long are given back (``express.py``), unless
+    ``may_give_back`` is false: the outcome then holds fewer values than items,
+    and no error.
     """
     refuse_if_failed()
     started = time.perf_counter()
@@ -196,8 +199,11 @@ def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True,
             fn = unship(fn)
         except BaseException as exc:  # the first call's error: it could not run
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
-        stream_start(values, len(chunk), early=early)
+        claim = itertools.count()
+        stream_start(values, len(chunk), claim if may_give_back else None, early)
         for index, args in enumerate(chunk):
+            if next(claim) != index:
+                break  # the rest was given back: the client sends it again
             mark(index)
             try:
                 append(fn(*args) if spread else fn(args))
@@ -251,22 +257,25 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
 
     ``kwargs`` may hold ``then``: the error of the item after the chunk (a
     chunk cut short because that item killed its worker runs again without
-    it, and ends with its error); and ``early``: false on a large launch, where
-    the finished items do not travel ahead of the chunk's end (express.py).
+    it, and ends with its error; it gives nothing back); ``early``: false on a
+    large launch, where the finished items do not travel ahead of the chunk's
+    end (express.py); and ``give_back``: false where the scheduler counts the
+    chunk's calls where it ran (the end-of-run summary).
     """
     args, kwargs = uncarried(args, kwargs)
     chunk = args[0]
     idle = _idle_before()
+    then = kwargs.get("then")
     try:
         early = kwargs.get("early", True)
+        may = then is None and kwargs.get("give_back", True)
         if isinstance(chunk, Rows):
-            outcome = run_chunk(fn, chunk.items, chunk.spread, early)
+            outcome = run_chunk(fn, chunk.items, chunk.spread, early, may)
         else:
-            outcome = run_chunk(fn, chunk, early=early)
+            outcome = run_chunk(fn, chunk, early=early, may_give_back=may)
     finally:
         _group_ended()
     outcome.idle = idle
-    then = kwargs.get("then")
     if outcome.error is None and then is not None:
         outcome.error = then
     return _sent_ahead(outcome)

@@ -146,7 +146,7 @@ class _Slot:
         self.outcomes: list | None = None
         self.sent = 0
         self.started = 0.0
-        #: A bundle's calls, and the counter its thread claims each call from (None: the
+        #: A group's calls, and the counter its thread claims each call from (None: the
         #: group gives nothing back); what the ticker last saw finished, and since when.
         self.calls = 0
         self.claim: Iterator[int] | None = None
@@ -215,7 +215,7 @@ def _ahead(early: Early) -> bytes | None:
 class _Ticker:
     """One thread per worker process that sends the finished calls of the groups that
     have run for :data:`STREAM_AFTER` s, every half of that while any group runs, and
-    sleeps on an event while none does.  It gives back a bundle's calls waiting
+    sleeps on an event while none does.  It gives back a group's calls waiting
     behind a slow one (:meth:`_Slot.give_back`), and has the scheduler told of a
     group that has run :data:`GIVE_BACK_AFTER` s (once per group), so that Dask
     moves the groups queued on this worker behind it to a free one.  A group costs a
@@ -270,7 +270,7 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None,
     """A group of ``calls`` calls starts on this thread: the outcomes appended to
     ``outcomes`` travel to the client ahead of the group's end once it has run for
     :data:`STREAM_AFTER` s, until :func:`stream_end` (nothing is sent for a group of
-    one call, or outside a worker).  With ``claim`` (a bundle's), the calls behind a
+    one call, or outside a worker).  With ``claim``, the calls behind a
     slow one may be given back (``_Slot.give_back``).  With ``early`` false (a large
     launch) nothing travels ahead and the scheduler is not told early of a long call:
     only calls may be given back."""

@@ -44,6 +44,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from ..._remote.calls import ChunkOutcome, Rows, restore_traceback
+from ..._remote.express import Early
 from ..._support.loop import loop_thread_only
 from .arguments import futures_in, plain_rows
 from .batching import Stream
@@ -127,6 +128,8 @@ class MapRun(Stream):
         self._depends = not isinstance(items, Rest) and not plain_rows(items) and any(
             isinstance(f, TaskFuture) for f in futures_in(items))
         self._in_flight: dict[Any, int] = {}
+        #: Each chunk out -> its items (given back ones go again: :meth:`_given_back`).
+        self._chunks: dict[Any, Sequence] = {}
         self._outcomes: dict[int, ChunkOutcome] = {}
         self._cond = threading.Condition()
         self._stopped = False
@@ -201,42 +204,90 @@ class MapRun(Stream):
     def dispatch(self, calls: Any) -> None:
         """Send a chunk the engine cut off this map (loop thread)."""
         with self._cond:
-            if self._stopped:  # cancelled since the engine cut it
-                future = None
-            else:
-                chunk = calls if self._rest is None else Rows(calls, spread=False)
-                future = self._bridge.send_chunk(self.fn, chunk, self._depends)
-                start, end = self._dispatched, self._dispatched + len(calls)
-                future._call.places = (range(start, end) if self._positions is None
-                                  else self._positions[start:end])
-                self._in_flight[future] = self._dispatched
-                future._call.sent_at = time.monotonic()
+            future = None
+            if not self._stopped:  # else cancelled since the engine cut it
+                future = self._send(calls, self._dispatched)
                 self._dispatched += len(calls)
         if future is None:
             self._batcher.done(self)
             return
-        if self._record is None:  # a journal records whole chunks, before they are yielded
-            self._bridge.early_outcomes[future] = (
-                lambda early: self._arrived_early(future, early.first, early.outcomes))
+        self._follow(future)
+
+    def _send(self, calls: Sequence, start: int) -> TaskFuture:
+        """Send ``calls``, the map's items from ``start`` on, as one chunk (lock held)."""
+        chunk = calls if self._rest is None else Rows(calls, spread=False)
+        future = self._bridge.send_chunk(self.fn, chunk, self._depends)
+        end = start + len(calls)
+        future._call.places = (range(start, end) if self._positions is None
+                               else self._positions[start:end])
+        future._call.sent_at = time.monotonic()
+        self._in_flight[future] = start
+        self._chunks[future] = calls
+        return future
+
+    def _follow(self, future: TaskFuture) -> None:
+        self._bridge.early_outcomes[future] = lambda early: self._arrived_early(future, early)
         future.add_done_callback(self._chunk_done)
 
-    def _arrived_early(self, future: Any, first: int, values: list) -> None:
-        """The results of a running chunk's items ``first``, ``first + 1``, ... (loop
-        thread); those not seen before wait for the consumer."""
+    def _arrived_early(self, future: Any, early: Early) -> None:
+        """The results of a running chunk's items ``early.first``, ``early.first + 1``,
+        ... (loop thread); those not seen before wait for the consumer (unless a journal
+        records the map).  The items its worker gave back, if it did, go again."""
+        first, values = early.first, early.outcomes
         with self._cond:
             start = self._in_flight.get(future)
             if start is None:
                 return
             seen = self._handed.get(start, 0) + len(self._early.get(start, ()))
-            if first > seen or first + len(values) <= seen:
-                return  # a gap (never sent so) or nothing new (a chunk sent again)
-            self._early.setdefault(start, []).extend(values[seen - first:])
-            self._early_at[start + self._handed.get(start, 0)] = start
-            self._cond.notify_all()
+            if self._record is not None:
+                pass  # a journal records whole chunks, before they are yielded
+            elif seen < first or first + len(values) <= seen:
+                pass  # a gap (never sent so) or nothing new (a chunk sent again)
+            else:
+                self._early.setdefault(start, []).extend(values[seen - first:])
+                self._early_at[start + self._handed.get(start, 0)] = start
+                self._cond.notify_all()
+        if early.rest is not None:
+            self._given_back(future, early.rest)
+
+    @loop_thread_only
+    def _given_back(self, future: TaskFuture, rest: int) -> None:
+        """The worker gave back ``future``'s items from ``rest`` on (an item before them
+        ran long: ``_remote/express.py``): they go again as a chunk of their own, for a
+        free thread, unless the map sends nothing more; ``future`` keeps the items
+        before them (loop thread)."""
+        with self._cond:
+            calls = self._chunks.get(future)
+            start = self._in_flight.get(future)
+            if calls is None or start is None or rest >= len(calls):
+                return  # came back already, or given back already
+            self._chunks[future] = calls[:rest]
+            again = self._send_rest(future, start, calls, rest)
+        if again is not None:
+            self._follow(again)
+            self._bridge.wake()
+
+    def _send_rest(self, future: TaskFuture, start: int, calls: Sequence,
+                   rest: int) -> TaskFuture | None:
+        """Send the items of the chunk at ``start`` from ``rest`` on as a chunk of their
+        own (lock held); None if the map sends nothing more (timed out, closed, or
+        failed before them: they are never yielded)."""
+        call = future._call
+        if call.places is not None:
+            call.places = call.places[:rest]
+        if call.recipe is not None:  # sent again without them, should its worker die
+            runner, fn, (chunk,), kwargs, depends = call.recipe
+            kept = (Rows(chunk.items[:rest], chunk.spread) if isinstance(chunk, Rows)
+                    else chunk[:rest])
+            call.recipe = (runner, fn, (kept,), kwargs, depends)
+        if self._stopped:
+            return None
+        self._batcher.count_out(self)
+        return self._send(calls[rest:], start + rest)
 
     def _chunk_done(self, future: Any) -> None:
         measured: list = []
-        busy = idle = None
+        busy = idle = again = None
         self._bridge.early_outcomes.pop(future, None)
         with self._cond:
             start = self._in_flight.pop(future, None)
@@ -245,10 +296,14 @@ class MapRun(Stream):
             handed = self._handed.pop(start, 0)
             self._early.pop(start, None)
             self._early_at.pop(start + handed, None)
+            calls = self._chunks.pop(future, ())
             if future.cancelled():
                 self._stopped = True
             else:
                 outcome = _outcome_of(future)
+                if outcome.error is None and len(outcome.values) < len(calls):
+                    # Its worker gave items back, and the word of it did not come first.
+                    again = self._send_rest(future, start, calls, len(outcome.values))
                 self._outcomes[start] = outcome
                 if self._record is not None and outcome.values:
                     gate = self._record(start, outcome.values)
@@ -269,6 +324,8 @@ class MapRun(Stream):
             self._batcher.done(self, measured, busy, idle)
             self._check_finished()
             self._cond.notify_all()
+        if again is not None:
+            self._follow(again)
         self._bridge.wake()  # room for another chunk, of this map or another stream
 
     def _count(self, outcome: ChunkOutcome) -> None:
