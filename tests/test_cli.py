@@ -50,3 +50,16 @@ def test_info_explains_the_launch_even_with_a_wrong_setting(monkeypatch, capsys)
     assert report["role"] == "none (see error)"
     assert "HPCFUTURES_TIMEOUT" in report["error"] and "NotEnoughRanksError" in report["error"]
     assert report["settings"]["timeout"]["source"] == "default (see error)"
+
+
+def test_run_knows_a_serving_launch_by_its_command():
+    """A serving launch has no client: hpcfutures run must not take rank 1 for one."""
+    from hpcfutures._cli.run import serves
+
+    assert serves(["hpcfutures", "serve", "--scheduler-file", "f.json"])
+    assert serves(["/opt/venv/bin/hpcfutures", "serve"])
+    assert serves(["python3", "-m", "hpcfutures", "serve", "--scheduler-file", "f.json"])
+    assert not serves(["python3", "job.py", "serve"])
+    assert not serves(["hpcfutures", "info"])
+    assert not serves(["python3", "-m", "hpcfutures", "info"])
+    assert not serves(["python3", "-m"])

@@ -177,6 +177,23 @@ def test_connect_run_the_contract_reconnect_and_stop(serving):
     assert_no_leftovers(launch.marker, grace=10)
 
 
+@pytest.mark.timeout(180)
+def test_a_call_that_kills_its_worker_fails_alone_on_a_serving_launch(serving):
+    """One recovery policy on every launch: Dask does not retry the call on the next
+    worker (it would kill every worker of the launch, one after the other); the client
+    fails it with WorkerCrashError from the dead worker's certificate.  The worker is
+    rank 1, which hpcfutures run must not take for a client: the launch serves on, and
+    ends with status 0 when stopped."""
+    launch = serving(4)
+    launch.published()
+    job = client("crash", "quick", "stop", file=launch.file)
+    assert connect_passed(job), job
+    assert "workers 3 -> 2" in job.stdout, job
+    assert launch.wait(30) == 0, launch.output()
+    assert "rank 1 (worker) was killed by a call, exit status 3; the launch served on" in (
+        launch.output()), launch.output()
+
+
 @pytest.mark.timeout(120)
 def test_leaving_keeps_serving_and_the_cli_stops_it(serving):
     launch = serving(3)

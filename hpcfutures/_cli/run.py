@@ -44,6 +44,7 @@ from ..launchers.run import (
 )
 from .relay import Relay
 from .verdict import (
+    NO_CLIENT,
     death_note,
     death_notes_folder,
     failed_first,
@@ -53,7 +54,7 @@ from .verdict import (
     role_of,
 )
 
-__all__ = ["run"]
+__all__ = ["run", "serves"]
 
 #: Seconds between SIGTERM and SIGKILL for a copy that ignores SIGTERM.
 KILL_AFTER = 5.0
@@ -109,9 +110,13 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
     launch_id = secrets.token_hex(6)
     # Before any copy starts: this may read Dask's configuration, which takes
     # long enough for a signal to arrive before the supervisor could forward it.
-    client = _client_rank(size, environ)
+    serving = serves(command)
+    # The rank whose end ends the launch, and whose status is the launch's: the
+    # client; a serving launch has none, and its scheduler ends it when stopped.
+    client = 0 if serving else _client_rank(size, environ)
     processes: list[subprocess.Popen[bytes]] = []
-    relay = Relay([role_of(rank, size, client) for rank in range(size)])
+    relay = Relay([role_of(rank, size, NO_CLIENT if serving else client)
+                   for rank in range(size)])
     shared = {**environ, TAGGED_VAR: "1", **_terminal_vars(environ)}
 
     def start_copies() -> int | None:
@@ -135,17 +140,30 @@ def run(size: int, command: Sequence[str], *, grace: float | None = None,
     notes = death_notes_folder(launch_id)
     try:
         status, first = _supervise(processes, start_copies, client, grace, notes,
-                                   relay.still_starting)
+                                   relay.still_starting, relay.role(client))
         relay.drain()
         if first is not None:
             print(failure_pointer(first, processes[first].returncode, size, client, launch_id,
-                                   environ, relay.role(first), launch_failed=status != 0)
+                                   environ, relay.role(first), launch_failed=status != 0,
+                                   serving=serving)
                   + death_note(notes, first),
                   file=sys.stderr, flush=True)
     finally:
         if notes is not None:
             shutil.rmtree(notes, ignore_errors=True)
     return status
+
+
+def serves(command: Sequence[str]) -> bool:
+    """Whether ``command`` runs ``hpcfutures serve`` (``hpcfutures serve ...``, or
+    ``python -m hpcfutures serve ...``): a serving launch, whose rank 1 is a worker."""
+    args = list(command)
+    if len(args) >= 2 and os.path.basename(args[0]) == "hpcfutures":
+        return args[1] == "serve"
+    if "-m" in args[1:]:
+        at = args.index("-m", 1)
+        return args[at + 1:at + 3] == ["hpcfutures", "serve"]
+    return False
 
 
 def _given_back(open_files: OpenFiles | None) -> tuple[int, int] | None:
@@ -171,10 +189,11 @@ def _terminal_vars(environ: Mapping[str, str]) -> dict[str, str]:
 def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[[], int | None],
                client: int, grace: float, notes: str | None = None,
                still_starting: Callable[[int], bool] = lambda rank: False,
-               ) -> tuple[int, int | None]:
+               lead: str = "client") -> tuple[int, int | None]:
     """Start the copies and wait for them, forwarding SIGINT/SIGTERM from before the
     first one starts (a copy that ignores the signal must not outlive us); return the
-    launch's status, and the rank that failed first (None: none did on its own)."""
+    launch's status, and the rank that failed first (None: none did on its own).
+    ``client``: the rank whose end ends the launch (``lead`` names its role)."""
     signalled: list[float] = []
     changed = threading.Event()
 
@@ -190,7 +209,8 @@ def _supervise(processes: list[subprocess.Popen[bytes]], start_copies: Callable[
         failed = start_copies()
         if failed is not None:
             return failed, None
-        return _wait_all(processes, client, grace, signalled, changed, notes, still_starting)
+        return _wait_all(processes, client, grace, signalled, changed, notes, still_starting,
+                         lead)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -269,7 +289,7 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
               signalled: list[float], changed: threading.Event,
               notes: str | None = None,
               still_starting: Callable[[int], bool] = lambda rank: False,
-              ) -> tuple[int, int | None]:
+              lead: str = "client") -> tuple[int, int | None]:
     """Wait for every copy; after the client ends (or a forwarded signal),
     give the others ``grace`` seconds, then SIGTERM, then SIGKILL.
 
@@ -294,7 +314,7 @@ def _wait_all(processes: list[subprocess.Popen], client: int, grace: float,
             grace_ends = signalled[0] + grace  # a copy that ignores the signal must not hang us
         if grace_ends is not None and kill_at is None and now >= grace_ends:
             stragglers = [rank for rank in range(len(processes)) if rank not in exits]
-            why = "the signal" if signalled else "the client finished"
+            why = "the signal" if signalled else f"the {lead} finished"
             if not signalled:
                 never_joined.update(rank for rank in stragglers if still_starting(rank))
             print(f"hpcfutures run: rank(s) {stragglers} still running {grace:g} s after "

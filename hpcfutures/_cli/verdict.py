@@ -16,8 +16,12 @@ from collections.abc import Collection, Mapping
 from .._support.logs import where_to_read
 from ..launchers.run import launch_id_of
 
-__all__ = ["death_note", "death_notes_folder", "failed_first", "failure_pointer", "how_it_ended",
-           "killed_by_a_call", "launch_status", "role_of"]
+__all__ = ["NO_CLIENT", "death_note", "death_notes_folder", "failed_first", "failure_pointer",
+           "how_it_ended", "killed_by_a_call", "launch_status", "role_of"]
+
+
+#: ``role_of``'s ``client`` for a serving launch: no rank is the client.
+NO_CLIENT = -1
 
 
 def role_of(rank: int, size: int, client: int) -> str:
@@ -40,16 +44,19 @@ def how_it_ended(code: int) -> str:
 
 def failure_pointer(first: int, code: int, size: int, client: int, token: str,
                      environ: Mapping[str, str], role: str | None = None,
-                     launch_failed: bool = True) -> str:
+                     launch_failed: bool = True, serving: bool = False) -> str:
     """One line naming the copy that failed first and where to read what it said.
 
     In a launch that ended well, the copy is a worker that a call killed (the
-    client was told, caught it, and ended with 0): still worth a pointer."""
+    client was told, caught it, and ended with 0; a serving launch served on):
+    still worth a pointer."""
     role = role or role_of(first, size, client)
     where = where_to_read(first, role, launch_id_of(token), environ)
     if not launch_failed:
+        after = ("the launch served on" if serving
+                 else "the client carried on and ended well")
         return (f"hpcfutures run: rank {first} ({role}) was killed by a call, "
-                f"{how_it_ended(code)}; the client carried on and ended well; {where}")
+                f"{how_it_ended(code)}; {after}; {where}")
     return f"hpcfutures run: rank {first} ({role}) failed first, {how_it_ended(code)}; {where}"
 
 

@@ -13,8 +13,9 @@ Dask's own ``retire_workers`` moves whatever results it holds to the others
 told that, for it, the launch ended well (status 0), and closed.  Its rank
 exits 0, so its array element ends COMPLETED.
 
-The rule reads the scheduler's own state directly (``queued``,
-``unrunnable``, each ``WorkerState``'s ``processing`` and ``status``), with
+The rule reads the scheduler's own state directly (``unrunnable``, each
+``WorkerState``'s ``processing`` and ``status``; hpcfutures' scheduler keeps no
+queue: ``WORKER_SATURATION`` is infinite, see scheduler.py), with
 no fallback: were Dask to rename one, the check fails (and no worker is
 released) instead of reading "nothing waits" and retiring workers while work
 waits.  ``tests/test_dask_seams.py`` pins each name against a real scheduler.
@@ -61,8 +62,9 @@ class IdleRelease:
         self._idle_since: dict[str, float] = {}
 
     def _busy(self) -> bool:
-        """Work is waiting that no worker has been given yet (any worker may get it)."""
-        return bool(self.scheduler.queued) or bool(self.scheduler.unrunnable)
+        """Work is waiting that no worker can run yet (a worker with what it needs may
+        join); everything else is given to a worker at once (no queue)."""
+        return bool(self.scheduler.unrunnable)
 
     def idle_workers(self, now: float) -> list[str]:
         """Addresses of the workers idle for long enough, longest idle first."""

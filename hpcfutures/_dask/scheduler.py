@@ -186,7 +186,7 @@ class SchedulerService:
     def __init__(self, *, host: str | None, interface: str | None,
                  security: Security | None = None, keep_serving: bool = False,
                  dashboard: bool = False, dashboard_address: str | None = None,
-                 expected_workers: int | None = None, retry_lost_tasks: bool = True) -> None:
+                 expected_workers: int | None = None) -> None:
         tuning.apply()
         check_versions_once_per_installation()
         self.coordinator = Coordinator(keep_serving, expected_workers)
@@ -205,11 +205,10 @@ class SchedulerService:
             security=security,
             validate=False,
         )
-        if not retry_lost_tasks:
-            # A task whose worker died comes back to the client at once (KilledWorker),
-            # which knows whether the task killed it (see deaths.py).
-            self._options["allowed_failures"] = 0
-        self._retry_lost_tasks = retry_lost_tasks
+        # A task whose worker died comes back to the client at once (KilledWorker), which
+        # knows whether the task killed it (see deaths.py): Dask must not retry it blindly
+        # on the next worker, on any launch (a serving one included).
+        self._options["allowed_failures"] = 0
         self._scheduler: Scheduler | None = None
         self._background: list[asyncio.Task[None]] = []
 
@@ -227,14 +226,12 @@ class SchedulerService:
             warnings.filterwarnings("ignore", message="Port .* is already in use")
             with tuning.stealing_often(self.coordinator.expected_workers):
                 scheduler = _Scheduler(**self._options)
-        if not self._retry_lost_tasks:
-            # No queue on the scheduler: the client's batching engine already sends
-            # no more than the workers can take.  Dask's queue also holds the
-            # finished results a dead worker took with it, to compute them again,
-            # and looks at it only when a task ends or a worker joins: when the
-            # client waits for just those results, nothing ends, and they would
-            # wait until the next worker died.
-            scheduler.WORKER_SATURATION = math.inf
+        # No queue on the scheduler: the client's batching engine already sends no more
+        # than the workers can take.  Dask's queue also holds the finished results a
+        # dead worker took with it, to compute them again, and looks at it only when a
+        # task ends or a worker joins: when the client waits for just those results,
+        # nothing ends, and they would wait until the next worker died.
+        scheduler.WORKER_SATURATION = math.inf
         self._scheduler = await scheduler
         return self
 

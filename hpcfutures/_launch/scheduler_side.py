@@ -39,10 +39,7 @@ async def start_scheduler(_dask: ModuleType, settings: Settings, plan: Plan, hos
         host=host, interface=interface, security=_dask.make_security(credentials),
         keep_serving=keep_serving, dashboard=settings.dashboard,
         dashboard_address=settings.dashboard_address,
-        expected_workers=expected_workers(settings, plan, keep_serving),
-        # The client decides what to do with a task whose worker died (it knows
-        # whether the task killed it): Dask must not retry it blindly.
-        retry_lost_tasks=keep_serving).start()
+        expected_workers=expected_workers(settings, plan, keep_serving)).start()
     if settings.release_idle_after is not None:
         service.release_idle_workers(settings.release_idle_after, settings.min_workers)
     info = SchedulerInfo(address=service.address, launch_id=plan.identity.launch_id,

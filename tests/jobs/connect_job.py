@@ -9,6 +9,8 @@ ACTIONs run in order, each with a connection of its own:
 ``quick``     connect, one ``map``, disconnect
 ``stop``      connect, one task, then ``stop_allocation()``
 ``stopfile``  ``hpcfutures.stop(FILE)`` without connecting
+``crash``     connect, one call that kills its worker: it alone fails, naming
+              itself, and only its worker leaves the launch
 
 Prints PASS/FAIL lines and "CONNECT RESULT failed=<n>"; exit status 0 when all
 passed.  CONNECT_WAIT: seconds the first ``connect`` waits for the file (a
@@ -61,13 +63,46 @@ def stop(path, wait):
     return 0 if ok else 1
 
 
+def die_on_rank_1(x):
+    """Ends its worker if that is rank 1 of ``hpcfutures run`` (the client's rank in a
+    launch with a client of its own): the rank that hpcfutures run must not take for
+    the launch's lead in a serving launch."""
+    if os.environ.get("HPCFUTURES_RANK") == "1":
+        os._exit(3)
+    time.sleep(0.01)
+    return x
+
+
+def crash(path, wait):
+    with hpcfutures.connect(path, wait=wait) as ex:
+        before = len(ex.worker_memory_limits())
+        try:
+            list(ex.map(die_on_rank_1, range(60), chunksize=1))
+        except hpcfutures.WorkerCrashError as err:
+            named = "die_on_rank_1" in str(err) and "status 3" in str(err)
+            say(f"CRASH {err}")
+        else:
+            named = False
+        ok = ex.submit(square, 4).result(timeout=60) == 16
+        left = before
+        deadline = time.monotonic() + 30
+        while left != before - 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = len(ex.worker_memory_limits())
+    passed = named and ok and left == before - 1
+    say(f"{'PASS' if passed else 'FAIL'} a_call_that_kills_its_worker_fails_alone "
+        f"(named {named}, next call {ok}, workers {before} -> {left})")
+    return 0 if passed else 1
+
+
 def stop_file(path, wait):
     hpcfutures.stop(path)
     say("PASS stopped_through_the_file")
     return 0
 
 
-ACTIONS = {"contract": contract, "quick": quick, "stop": stop, "stopfile": stop_file}
+ACTIONS = {"contract": contract, "quick": quick, "stop": stop, "stopfile": stop_file,
+           "crash": crash}
 
 path, actions = sys.argv[1], sys.argv[2:]
 wait = float(os.environ.get("CONNECT_WAIT", "0"))
