@@ -48,7 +48,7 @@ class FakeScheduler:
         self.workers = {a: types.SimpleNamespace(processing={"t"} if b else set(),
                                                  status=running, name=a)
                         for a, b in busy.items()}
-        self.queued, self.unrunnable, self.closed, self.said = [], {}, [], []
+        self.unrunnable, self.closed, self.said = {}, [], []
 
     async def retire_workers(self, workers, **_):
         return {a: {"name": a} for a in workers}
@@ -75,7 +75,7 @@ def test_the_minimum_is_kept_even_when_everyone_is_idle():
 
 def test_nobody_is_idle_while_work_waits_or_before_a_client_came():
     scheduler = FakeScheduler({"a": False, "b": False})
-    scheduler.queued = ["waiting-task"]
+    scheduler.unrunnable = {"waiting-task": None}  # needs what no worker has yet
     release = IdleRelease(scheduler, idle_after=1, keep=1, say_goodbye=scheduler.said.append)
     asyncio.run(release.release_once(now=0))
     assert asyncio.run(release.release_once(now=5)) == []
