@@ -206,3 +206,35 @@ def test_a_chunk_gives_back_the_items_behind_a_slow_one_on_any_launch(early):
     assert [early.rest for early in word] == [2], sent
     [outcome] = ran
     assert outcome.values == [None, None] and outcome.error is None, outcome
+
+
+@pytest.mark.parametrize(("expect", "given_back"), [(0.0, True), (None, False), ("item", False)])
+def test_a_chunk_keeps_items_as_long_as_the_client_sized_it_for(expect, given_back):
+    """Items that each take what the client expected stay together (a large launch sizes
+    its chunks for seconds of work: giving back behind each would cut every chunk to one
+    item); the first item gives the rest back only when it runs ten times longer than
+    expected; with no estimate nothing goes back before one item has ended."""
+    import time
+
+    from hpcfutures._remote import express
+    from hpcfutures._remote.calls import run_chunk
+    from hpcfutures._remote.express import Early
+
+    seconds = scaled(3 * express.GIVE_BACK_AFTER)
+    expected = seconds if expect == "item" else expect
+    sent: list = []
+    outcomes: list = []
+    express.set_sender(lambda payload: None,
+                       lambda: (lambda: "chunk-key", lambda key, payload: sent.append(
+                           pickle.loads(payload)), lambda: None))
+    try:
+        thread = threading.Thread(target=lambda: outcomes.append(run_chunk(
+            time.sleep, [(seconds,)] * 3, expect=expected)))
+        thread.start()
+        thread.join(scaled(30))
+        assert not thread.is_alive(), "the chunk did not end"
+    finally:
+        express.set_sender(None)
+    rests = [early.rest for early in sent if isinstance(early, Early) and early.rest is not None]
+    assert rests == ([1] if given_back else []), sent
+    assert len(outcomes[0].values) == (1 if given_back else 3), outcomes

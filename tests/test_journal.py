@@ -492,11 +492,13 @@ def test_a_journaled_maps_items_behind_a_slow_one_run_elsewhere_and_are_recorded
     import time
 
     from pace import scaled
+    from waiting import wait_until
 
     journal = tmp_path / "journal"
     markers = [str(tmp_path / str(index)) for index in range(21)]
     seconds = [scaled(2)] + [0] * 20
     with hpcfutures.Executor(2, journal=journal) as ex:
+        wait_until(lambda: len(ex.worker_memory_limits()) == 2, 30, "the second worker")
         list(ex.map(_mull, [0] * 200, [str(tmp_path / "warm-up")] * 200))  # measured short
         started = time.time()
         assert list(ex.map(_mull, seconds, markers)) == seconds

@@ -185,11 +185,18 @@ class TaskBridge:
             broken = self._broken
             if broken is None:
                 self._outstanding.add(future)
-                options: dict[str, bool] = {}
+                options: dict[str, Any] = {}
                 if not small_launch(self._total_threads):
-                    options["early"] = False  # no results ahead of the chunk's end
+                    # No results ahead of the chunk's end, and nothing given back: where
+                    # hundreds of workers share a host's cores, an item's wall time says
+                    # little of its cost, and chunks given back behind one held up by the
+                    # host would multiply the scheduler's tasks (benchmarks/README.md).
+                    options["early"] = options["give_back"] = False
                 if self._tally is not None:  # the scheduler counts its calls where it ran
                     options["give_back"] = False
+                expect = self.batcher.durations.get(fn)
+                if expect is not None:  # its worker gives back the items behind a far longer one
+                    options["expect"] = expect
                 self._queue.append((future, run_chunk_task, fn, (chunk,), options, depends))
         if broken is not None:
             settle(future, exception=broken)

@@ -179,15 +179,16 @@ class ChunkOutcome:
 
 
 def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True,
-              early: bool = True, may_give_back: bool = True) -> ChunkOutcome:
+              early: bool = True, may_give_back: bool = True,
+              expect: float | None = None) -> ChunkOutcome:
     """Call ``fn`` on each argument tuple of a ``map`` chunk, in order (with
     ``spread`` false, ``chunk`` holds each call's only argument instead).
 
     Stops at the first exception and returns it beside the results before it,
     so the client can yield those and raise at the right position.  The items
-    behind one that runs long are given back (``express.py``), unless
-    ``may_give_back`` is false: the outcome then holds fewer values than items,
-    and no error.
+    behind one that runs far longer than the client expected (``expect`` s a call)
+    are given back (``express.py``), unless ``may_give_back`` is false: the outcome
+    then holds fewer values than items, and no error.
     """
     refuse_if_failed()
     started = time.perf_counter()
@@ -200,7 +201,7 @@ def run_chunk(fn: Callable[..., Any], chunk: Sequence, spread: bool = True,
         except BaseException as exc:  # the first call's error: it could not run
             return ChunkOutcome(values, _annotate(exc), time.perf_counter() - started)
         claim = itertools.count()
-        stream_start(values, len(chunk), claim if may_give_back else None, early)
+        stream_start(values, len(chunk), claim if may_give_back else None, early, expect)
         for index, args in enumerate(chunk):
             if next(claim) != index:
                 break  # the rest was given back: the client sends it again
@@ -259,8 +260,9 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
     chunk cut short because that item killed its worker runs again without
     it, and ends with its error; it gives nothing back); ``early``: false on a
     large launch, where the finished items do not travel ahead of the chunk's
-    end (express.py); and ``give_back``: false where the scheduler counts the
-    chunk's calls where it ran (the end-of-run summary).
+    end (express.py); ``give_back``: false where the scheduler counts the
+    chunk's calls where it ran (the end-of-run summary); and ``expect``: the seconds
+    the client expects an item to take (by which it sized the chunk).
     """
     args, kwargs = uncarried(args, kwargs)
     chunk = args[0]
@@ -269,10 +271,11 @@ def run_chunk_task(fn: Callable[..., Any], args: tuple, kwargs: dict) -> ChunkOu
     try:
         early = kwargs.get("early", True)
         may = then is None and kwargs.get("give_back", True)
+        expect = kwargs.get("expect")
         if isinstance(chunk, Rows):
-            outcome = run_chunk(fn, chunk.items, chunk.spread, early, may)
+            outcome = run_chunk(fn, chunk.items, chunk.spread, early, may, expect)
         else:
-            outcome = run_chunk(fn, chunk, early=early, may_give_back=may)
+            outcome = run_chunk(fn, chunk, early=early, may_give_back=may, expect=expect)
     finally:
         _group_ended()
     outcome.idle = idle
@@ -322,12 +325,14 @@ def _sendable(index: int, result: tuple[bool, Any]) -> tuple[bool, Any]:
 
 
 def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried,
-               may_give_back: bool = True, early: bool = True) -> BundleOutcome:
+               may_give_back: bool = True, early: bool = True,
+               expect: float | None = None) -> BundleOutcome:
     """Run ``submit`` calls one after another; each succeeds or fails on its own.
 
     ``calls`` comes in one :class:`~.carried.Carried` box (see sending.py), or bare.
-    The calls behind one that runs long are given back (``express.py``), unless
-    ``may_give_back`` is false: the outcome then holds fewer results than calls.
+    The calls behind one that runs far longer than the client expected (``expect``
+    s a call) are given back (``express.py``), unless ``may_give_back`` is false:
+    the outcome then holds fewer results than calls.
     With ``early`` false (a large launch) its finished calls do not travel ahead.
     """
     listed: list[tuple[Callable[..., Any], tuple, dict]] = (
@@ -338,7 +343,7 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried,
     idle = _idle_before()
     mark = running(next((fn for fn, *_ in listed if fn is not fail_with), None))
     claim = itertools.count()  # the calls behind a slow one may be given back (express.py)
-    stream_start(results, len(listed), claim if may_give_back else None, early)
+    stream_start(results, len(listed), claim if may_give_back else None, early, expect)
     try:
         for index, (fn, args, kwargs) in enumerate(listed):
             if next(claim) != index:

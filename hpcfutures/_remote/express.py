@@ -127,8 +127,8 @@ class _Slot:
     """A worker thread's running group: its outcomes, as the thread appends them, and
     how many were sent ahead.  One per thread, reused by each group it runs."""
 
-    __slots__ = ("calls", "claim", "early", "flushing", "key", "nudge", "nudged", "outcomes",
-                 "seen", "seen_at", "send", "sent", "started", "task_key")
+    __slots__ = ("calls", "claim", "early", "expect", "flushing", "key", "nudge", "nudged",
+                 "outcomes", "seen", "seen_at", "send", "sent", "started", "task_key")
 
     def __init__(self, task_key: Callable[[], Any], send: Callable[[Any, bytes], None],
                  nudge: Callable[[], None]) -> None:
@@ -150,13 +150,19 @@ class _Slot:
         #: group gives nothing back); what the ticker last saw finished, and since when.
         self.calls = 0
         self.claim: Iterator[int] | None = None
+        #: Seconds a call of the group was expected to take (the client's estimate, by
+        #: which it sized the group); None: not known.
+        self.expect: float | None = None
         self.seen = 0
         self.seen_at = 0.0
 
     def give_back(self, now: float) -> None:
         """Take the calls after the running one away from the group, if that call has
-        run for :data:`GIVE_BACK_AFTER` s and ten times the group's mean so far, and
-        tell the client (ticker's thread).
+        run for :data:`GIVE_BACK_AFTER` s and ten times the group's mean so far (before
+        any call of it ended: ten times what the client expected a call to take; nothing
+        while neither is known), and tell the client (ticker's thread).  A group of calls
+        as long as the client sized it for keeps them: only a call found slower than
+        that holds up no one but itself.
 
         The group's thread claims each call from ``claim`` before it starts it, and
         stops at a claim that is not the index it expects: the one taken here is the
@@ -168,8 +174,9 @@ class _Slot:
         if done != self.seen or self.seen_at < self.started:
             self.seen, self.seen_at = done, now
             return
-        mean = (self.seen_at - self.started) / done if done else 0.0
-        if done >= self.calls - 1 or now - self.seen_at < max(GIVE_BACK_AFTER, 10 * mean):
+        mean = (self.seen_at - self.started) / done if done else self.expect
+        if mean is None or done >= self.calls - 1 or (
+                now - self.seen_at < max(GIVE_BACK_AFTER, 10 * mean)):
             return
         rest = next(claim)
         self.claim = None
@@ -266,12 +273,13 @@ _thread_slot = threading.local()
 
 
 def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None,
-                 early: bool = True) -> None:
+                 early: bool = True, expect: float | None = None) -> None:
     """A group of ``calls`` calls starts on this thread: the outcomes appended to
     ``outcomes`` travel to the client ahead of the group's end once it has run for
     :data:`STREAM_AFTER` s, until :func:`stream_end` (nothing is sent for a group of
     one call, or outside a worker).  With ``claim``, the calls behind a
-    slow one may be given back (``_Slot.give_back``).  With ``early`` false (a large
+    slow one may be given back (``_Slot.give_back``; ``expect``: the seconds the client
+    expected a call to take).  With ``early`` false (a large
     launch) nothing travels ahead and the scheduler is not told early of a long call:
     only calls may be given back."""
     if _bind is None or (not early and claim is None):
@@ -285,7 +293,7 @@ def stream_start(outcomes: list, calls: int, claim: Iterator[int] | None = None,
     slot.key = slot.task_key()
     slot.sent = 0
     slot.started = time.monotonic()
-    slot.calls, slot.claim, slot.early = calls, claim, early
+    slot.calls, slot.claim, slot.early, slot.expect = calls, claim, early, expect
     slot.nudged, slot.flushing = False, True
     slot.outcomes = outcomes
     if not _ticker.busy.is_set():

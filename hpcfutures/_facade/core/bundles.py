@@ -106,7 +106,7 @@ class SubmitStream(Stream):
         if bundle is None:
             bundle = self._sender.launch_internal(
                 run_bundle, (group,), getattr(calls[0][1], "__name__", "task"),
-                calls=len(calls))
+                calls=len(calls), expect=self._expected(group))
         if bundle is None:
             for future, fn, args, kwargs in calls:
                 self._sender.launch_alone(future, fn, args, kwargs)
@@ -121,6 +121,14 @@ class SubmitStream(Stream):
         self._calls_of[bundle] = calls
         self._early_outcomes[bundle] = lambda early: self._arrived_early(bundle, early)
         bundle.add_done_callback(lambda done: self._finished(cast(TaskFuture, done), calls))
+
+    def _expected(self, group: list) -> float | None:
+        """The longest estimate among a bundle's functions (None: one is not known):
+        its worker gives back the calls behind one that runs far longer."""
+        functions = {id(fn): fn for fn, *_ in group}.values()
+        estimates = [self._batcher.durations.get(fn) for fn in functions]
+        known = [seconds for seconds in estimates if seconds is not None]
+        return max(known) if len(known) == len(estimates) else None
 
     def _arrived_early(self, bundle: TaskFuture, early: Early) -> None:
         """The outcomes of a running bundle's first calls settle their futures; the calls

@@ -190,8 +190,9 @@ class Sender:
     # ------------------------------------------------------ single tasks
     @loop_thread_only
     def launch_internal(self, runner: Callable[..., Any], args: tuple, name: str,
-                        calls: int = 1) -> TaskFuture | None:
-        """Send one task of the library's own (a bundle); None if it cannot be pickled."""
+                        calls: int = 1, expect: float | None = None) -> TaskFuture | None:
+        """Send one task of the library's own (a bundle: ``expect`` is the seconds its
+        calls were expected to take each); None if it cannot be pickled."""
         key = self._key(name)
         resources = _bundle_resources(args)  # read before the functions are shipped
         sent = args
@@ -199,7 +200,7 @@ class Sender:
             # With the summary on, the scheduler counts a bundle's calls where it ran
             # (its annotation): such a bundle's worker gives none of them back.  On a
             # large launch its finished calls do not travel ahead (batching.small_launch).
-            args = (self._shipped_calls(args[0]), not self.count_calls, self.small())
+            args = (self._shipped_calls(args[0]), not self.count_calls, self.small(), expect)
             sent = (Carried(args[0], {}), *args[1:])  # and Dask never reads the calls
         try:
             with self._counted(calls):
