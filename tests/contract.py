@@ -336,11 +336,7 @@ def calls_submitted_after_a_slow_one_do_not_wait_for_it(ex):
 
 
 def mull(seconds, marker=None):
-    time.sleep(seconds)
-    if marker is not None:
-        with open(marker, "w"):
-            pass
-    return seconds
+    return nap(seconds, marker)  # nap under a name of its own: measured apart
 
 
 @check

@@ -194,9 +194,10 @@ class TaskBridge:
                     options["early"] = options["give_back"] = False
                 if self._tally is not None:  # the scheduler counts its calls where it ran
                     options["give_back"] = False
-                expect = self.batcher.durations.get(fn)
-                if expect is not None:  # its worker gives back the items behind a far longer one
-                    options["expect"] = expect
+                if "give_back" not in options:  # behind an item far longer than expected
+                    expect = self.batcher.durations.get(fn)
+                    if expect is not None:
+                        options["expect"] = expect
                 self._queue.append((future, run_chunk_task, fn, (chunk,), options, depends))
         if broken is not None:
             settle(future, exception=broken)

@@ -239,11 +239,9 @@ class MapRun(Stream):
             if start is None:
                 return
             seen = self._handed.get(start, 0) + len(self._early.get(start, ()))
-            if self._record is not None:
-                pass  # a journal records whole chunks, before they are yielded
-            elif seen < first or first + len(values) <= seen:
-                pass  # a gap (never sent so) or nothing new (a chunk sent again)
-            else:
+            # Not for a journal, which records whole chunks before they are yielded; nor
+            # past a gap (never sent so), nor when nothing is new (a chunk sent again).
+            if self._record is None and first <= seen < first + len(values):
                 self._early.setdefault(start, []).extend(values[seen - first:])
                 self._early_at[start + self._handed.get(start, 0)] = start
                 self._cond.notify_all()
