@@ -54,24 +54,38 @@ MPI_OVER_TCP = {"UCX_TLS": "^sm,cma", "UCX_PROTO_INFO": "y"}
 DASK_FALLBACK_WARNING = "Couldn't detect a suitable IP address"
 
 
-def multinode_is_up() -> bool:
-    """The cluster answers and mn1..mn3 can take jobs."""
+#: Node states (sinfo's %T) of a node that runs jobs, now or once the jobs ahead end.
+#: ``planned``: idle, but held by the backfill scheduler for a job that waits for more
+#: nodes (a heterogeneous job waits so for the GPU node).
+TAKES_JOBS = {"idle", "mixed", "allocated", "completing", "planned"}
+
+
+def node_states() -> dict[str, str]:
+    """Each node's state as sinfo reports it ("no answer: ..." for every node when the
+    controller does not answer); a trailing ``*`` means the node does not respond."""
     if not (have_command("sinfo") and Path(MN_CONF).exists()):
-        return False
+        return dict.fromkeys(NODES, f"no sinfo or no {MN_CONF}")
     try:
         result = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True,
                                 text=True, timeout=20, env={**os.environ, "SLURM_CONF": MN_CONF})
-    except (OSError, subprocess.SubprocessError):
-        return False
-    states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
-    return result.returncode == 0 and all(
-        states.get(node, "down").rstrip("*") in {"idle", "mixed", "allocated", "completing"}
-        for node in NODES)
+    except (OSError, subprocess.SubprocessError) as error:
+        return dict.fromkeys(NODES, f"no answer: {error}")
+    if result.returncode != 0:
+        return dict.fromkeys(NODES, f"no answer: {result.stderr.strip()}")
+    states = dict(line.split(maxsplit=1) for line in result.stdout.splitlines() if line.strip())
+    return {node: states.get(node, "not in sinfo") for node in NODES}
+
+
+def takes_jobs(states: dict[str, str]) -> bool:
+    """Every node takes jobs (one that missed a ping, ``idle*``, is taken as it is)."""
+    return all(state.rstrip("*") in TAKES_JOBS for state in states.values())
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    require(multinode_is_up(), "the 3-node Slurm cluster (bash ci/slurm-multinode-up.sh)")
+    states = node_states()
+    require(takes_jobs(states),
+            f"the 3-node Slurm cluster (bash ci/slurm-multinode-up.sh; nodes now: {states})")
 
 
 @pytest.fixture(autouse=True)
@@ -280,7 +294,8 @@ def links():
         yield down, up
     finally:
         up()
-        wait_until(multinode_is_up, 90, "the 3-node cluster answering again", cap=1)
+        wait_until(lambda: takes_jobs(node_states()), 90, "the 3-node cluster answering again",
+                   cap=1)
 
 
 @pytest.mark.timeout(300)
@@ -380,6 +395,45 @@ def test_nodes_without_a_default_route_still_use_routable_addresses(
     assert client == "mn1" and scheduler.startswith("tls://10.77.0.11:"), job
     assert {host for _, host in workers} == {"mn2", "mn3"}, job
     assert DASK_FALLBACK_WARNING not in job.stderr, job
+
+
+# ------------------------------------------------ heterogeneous jobs across nodes
+# Here, not in test_resources (what they check), because they take this cluster's nodes:
+# a parallel run runs them one after another with the tests above, never beside them.
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("gpus", ["declared", "slurm"])
+def test_one_launch_over_the_components_of_a_heterogeneous_srun(env, gpus):
+    """srun A : B on two nodes: the scheduler, the client and a 1-thread worker in the
+    first component; two 2-thread workers with a GPU each in the second: declared
+    (HPCFUTURES_GPUS), or given by Slurm (--gpus-per-task=1 on the cluster's GPU node,
+    its GRES), as on a cluster with CPU and GPU nodes.
+
+    Slurm 22.05 gives every task of a heterogeneous step the last component's
+    SLURM_CPUS_PER_TASK (ci/SLURM_FACTS.md): the first component says its threads."""
+    script = [sys.executable, str(JOBS / "hetjob_job.py"), "3", "2", "2"]
+    second = (["env", "HPCFUTURES_GPUS=0,1"] if gpus == "declared"
+              else ["--gpus-per-task=1", "env"])
+    name = f"hpcf-het-{os.getpid()}"
+    try:
+        job = run_job(["srun", "-J", name, "-t", "4", "-O", "-N1", "-n3", "-c1", "env",
+                       "HPCFUTURES_THREADS_PER_WORKER=1", *script, ":",
+                       "-O", "-N1", "-n2", "-c2", *second, *script],
+                      env=env, timeout=180)
+    finally:
+        subprocess.run(["scancel", "--name", name], capture_output=True, timeout=30)
+    assert job.returncode == 0 and "HETJOB OK" in job.stdout and "FAILED" not in job.stdout, job
+    if gpus == "slurm":
+        assert "CHECK no two workers share a GPU: ok" in job.stdout, job
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_allocate_submits_a_heterogeneous_job_and_maps_over_both_components(env, tmp_path, gpus):
+    """With gpus=2 the second component asks Slurm for the GPU node's two GPUs
+    (--gpus-per-node): calls with gpus=1 run there only, each with one of its own."""
+    job = run_job([sys.executable, str(JOBS / "hetalloc_job.py"), str(tmp_path), str(gpus)],
+                  env=env, timeout=180)
+    assert job.returncode == 0 and "HETALLOC OK" in job.stdout, job
 
 
 # ----------------------------------------------------------------------- helpers

@@ -319,63 +319,6 @@ def test_a_heterogeneous_request_is_one_slurm_job_with_a_step_over_all_component
         with_components(Request(), [{"cpus": 4}])
 
 
-MN_CONF = "/etc/hpcfutures-slurm-mn/slurm.conf"
-
-
-def multinode_env(tmp_path) -> dict[str, str]:
-    """The 3-node cluster's (ci/slurm-multinode-up.sh): routable addresses, its SLURM_CONF."""
-    up = os.path.exists(MN_CONF) and subprocess.run(
-        ["sinfo", "-h"], capture_output=True, timeout=20,
-        env={**os.environ, "SLURM_CONF": MN_CONF}).returncode == 0
-    require(up, "the 3-node Slurm cluster (bash ci/slurm-multinode-up.sh)")
-    return {"SLURM_CONF": MN_CONF, "HPCFUTURES_HOST": "", "HPCFUTURES_INTERFACE": "",
-            "HPCFUTURES_SCHEDULER_FILE": str(tmp_path / "sched-{launch_id}.json"),
-            "HPCFUTURES_TIMEOUT": "60"}
-
-
-@pytest.mark.slurm
-@pytest.mark.multinode
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("gpus", ["declared", "slurm"])
-def test_one_launch_over_the_components_of_a_heterogeneous_srun(tmp_path, gpus):
-    """srun A : B on two nodes: the scheduler, the client and a 1-thread worker in the
-    first component; two 2-thread workers with a GPU each in the second: declared
-    (HPCFUTURES_GPUS), or given by Slurm (--gpus-per-task=1 on the cluster's GPU node,
-    its GRES), as on a cluster with CPU and GPU nodes.
-
-    Slurm 22.05 gives every task of a heterogeneous step the last component's
-    SLURM_CPUS_PER_TASK (ci/SLURM_FACTS.md): the first component says its threads."""
-    env = multinode_env(tmp_path)
-    script = [sys.executable, str(JOBS / "hetjob_job.py"), "3", "2", "2"]
-    second = (["env", "HPCFUTURES_GPUS=0,1"] if gpus == "declared"
-              else ["--gpus-per-task=1", "env"])
-    name = f"hpcf-het-{os.getpid()}"
-    try:
-        job = run_job(["srun", "-J", name, "-t", "4", "-O", "-N1", "-n3", "-c1", "env",
-                       "HPCFUTURES_THREADS_PER_WORKER=1", *script, ":",
-                       "-O", "-N1", "-n2", "-c2", *second, *script],
-                      env=env, timeout=180)
-    finally:
-        subprocess.run(["scancel", "--name", name], capture_output=True, timeout=30,
-                       env={**os.environ, **env})
-    assert job.returncode == 0 and "HETJOB OK" in job.stdout and "FAILED" not in job.stdout, job
-    if gpus == "slurm":
-        assert "CHECK no two workers share a GPU: ok" in job.stdout, job
-
-
-@pytest.mark.slurm
-@pytest.mark.multinode
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("gpus", [0, 2])
-def test_allocate_submits_a_heterogeneous_job_and_maps_over_both_components(tmp_path, gpus):
-    """With gpus=2 the second component asks Slurm for the GPU node's two GPUs
-    (--gpus-per-node): calls with gpus=1 run there only, each with one of its own."""
-    env = multinode_env(tmp_path)
-    job = run_job([sys.executable, str(JOBS / "hetalloc_job.py"), str(tmp_path), str(gpus)],
-                  env=env, timeout=180)
-    assert job.returncode == 0 and "HETALLOC OK" in job.stdout, job
-
-
 def test_hpcfutures_submit_writes_a_heterogeneous_job():
     job = run_job([sys.executable, "-m", "hpcfutures", "submit", "--batch-system", "slurm",
                    "--dry-run", "-N", "1", "-n", "3", "--component",
