@@ -292,6 +292,24 @@ def test_without_the_files_credentials_nobody_gets_in(serving, tmp_path):
     assert launch.wait(30) == 0, launch.output()
 
 
+
+@pytest.mark.timeout(120)
+def test_calls_fail_at_once_when_the_scheduler_dies_even_those_submitted_after(serving):
+    """The scheduler's process dies while nothing runs (Dask then has no future to
+    cancel): a call submitted afterwards fails at once with BrokenHPCExecutor.  Before,
+    Dask held it for a reconnection that never came, and it waited the client's whole
+    timeout (seen in CI: an allocation cancelled as a call was sent, 60 s lost)."""
+    launch = serving(3)
+    pid = launch.published()["pid"]
+    with hpcfutures.connect(launch.file, timeout=60) as ex:
+        assert ex.submit(abs, -1).result(timeout=60) == 1
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), 10, "the scheduler to die")
+        started = time.monotonic()
+        with pytest.raises(hpcfutures.BrokenHPCExecutor, match="connection to the scheduler"):
+            ex.submit(abs, -2).result(timeout=30)
+        assert time.monotonic() - started < scaled(5)
+
 # ------------------------------------------------------ clear error messages
 def test_missing_file_says_to_start_serve_and_where(tmp_path):
     path = tmp_path / "nothing.json"

@@ -197,10 +197,11 @@ def on_scheduler_lost(client: Client, lost: Callable[[], None]) -> None:
     """Call ``lost()`` on the client's loop as soon as its connection to the scheduler
     drops, before Dask tries to reconnect (for as long as its timeout).
 
-    Dask then cancels the client's own futures, which is how hpcfutures hears of
-    it for tasks sent through the scheduler; a call sent straight to a worker
-    (``direct.py``) has no Dask future, so it hears of it here.  Dask's
-    ``Client._reconnect`` is private: ``tests/test_dask_seams.py`` pins it.
+    Dask then cancels only the futures it holds.  A call without one (held for a
+    bundle, sent straight to a worker by ``direct.py``) or one submitted while Dask
+    reconnects (its message waits for a connection that never comes) hears of the
+    loss only here.  Dask's ``Client._reconnect`` is private:
+    ``tests/test_dask_seams.py`` pins it.
     """
     reconnect = client._reconnect
 

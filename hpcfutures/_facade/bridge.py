@@ -89,6 +89,12 @@ class TaskBridge:
         self.batcher = Batcher(self.worker_threads)
         # Small results ahead of their task's end, and waiting for those ends: completions.py.
         completions = self._completions = Completions(client, self._connection_lost)
+        # Every call still outstanding fails as soon as the scheduler's stream drops,
+        # not only those Dask then cancels: a call held here, or sent while Dask tries
+        # to reconnect, would otherwise wait for that whole timeout.
+        from .. import _dask  # the client is connected: distributed is imported already
+
+        _dask.on_scheduler_lost(client, self._connection_lost)
         self.result_arrived, self.ends_heard = completions.arrived, completions.ends_heard
         #: A map chunk's first results, ahead of its end (mapping.py sets and drops its own).
         self.early_outcomes = completions.early_outcomes
@@ -102,7 +108,7 @@ class TaskBridge:
         self.direct = DirectLane(client, lambda: self.roster.seen, self.batcher.durations.get,
                                  self._sender.resend,
                                  self._recovery.lost_directly, self._completions.in_background,
-                                 self._connection_lost, answered=self.wake)
+                                 answered=self.wake)
         self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct,
                                      completions.early_outcomes)
         self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,

@@ -72,8 +72,6 @@ class DirectLane:
         resend: ``resend(future, recipe)`` sends a group the usual way under ``future``.
         lost: ``lost(future, key, worker)``: the group was lost with its worker (recovery).
         background: runs a coroutine on the loop without waiting for it.
-        scheduler_lost: called when the scheduler is lost while calls run here, as
-            for the tasks whose Dask futures Dask then cancels (completions.py).
         answered: called once a worker answered (or failed to), for what waited.
     """
 
@@ -82,7 +80,6 @@ class DirectLane:
                  resend: Callable[[TaskFuture, tuple], None],
                  lost: Callable[[TaskFuture, str, str], None],
                  background: Callable[[Any], object],
-                 scheduler_lost: Callable[[], None],
                  answered: Callable[[], None] = lambda: None) -> None:
         from ... import _dask  # the client is connected: distributed is imported already
 
@@ -93,13 +90,9 @@ class DirectLane:
         self._resend = resend
         self._lost = lost
         self._background = background
-        self._scheduler_lost = scheduler_lost
-        #: The groups running here now.
-        self._running: set[TaskFuture] = set()
         #: Calls sent whose worker has not answered yet, and who hears of an answer.
         self._asking = 0
         self._answered = answered
-        _dask.on_scheduler_lost(client, self._heard_scheduler_lost)
         #: Whether this launch allows direct calls at all (the client side decides).
         self.enabled = False
         #: Workers that refused a call or were lost under one: never asked again.
@@ -135,8 +128,6 @@ class DirectLane:
         group._call.recipe = (run_bundle, None, (calls,), {}, False)
         self.sent += 1
         self._asking += 1
-        self._running.add(group)
-        group.add_done_callback(self._running.discard)
         self._background(self._run(group, worker, key, packed))
         return group
 
@@ -148,10 +139,6 @@ class DirectLane:
     def avoid(self, worker: str) -> None:
         """``worker`` left the cluster: never ask it again."""
         self._avoided.add(worker)
-
-    def _heard_scheduler_lost(self) -> None:
-        if self._running:
-            self._scheduler_lost()
 
     async def _run(self, group: TaskFuture, worker: str, key: str, packed: Any) -> None:
         try:
