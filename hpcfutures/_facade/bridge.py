@@ -249,7 +249,8 @@ class TaskBridge:
     # ------------------------------------------------------------ loop thread
     @loop_thread_only
     def _release(self, future: TaskFuture) -> None:
-        dask_future, future._call.dask = future._call.dask, None
+        dask_future = future._call.dask
+        future._call.drop_task()
         if dask_future is not None and not self._closing:
             self._completions.in_background(self._client.cancel([dask_future]))
 

@@ -241,6 +241,10 @@ class Rows:
     def __len__(self) -> int:
         return len(self.items)
 
+    def first(self, count: int) -> Rows:
+        """The first ``count`` calls, in a box of their own."""
+        return Rows(self.items[:count], self.spread)
+
     def __iter__(self) -> Iterator[tuple]:
         """Each call's argument tuple (what a chunk sent as a list holds)."""
         return iter(self.items) if self.spread else ((value,) for value in self.items)

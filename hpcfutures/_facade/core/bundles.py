@@ -15,7 +15,6 @@ of its bundle on the workers.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -57,7 +56,7 @@ class SubmitStream(Stream):
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """Queue a call (any thread)."""
         call = (future, fn, args, kwargs)
-        future._call.held = call
+        future._call.hold(call)
         self._batcher.add(self, call)
 
     # ------------------------------------------- the engine's view (its lock held)
@@ -79,7 +78,7 @@ class SubmitStream(Stream):
             if call[0]._call.held is None or call[0].done():
                 pending.popleft()
             elif call[1] is fn:
-                call[0]._call.held = None
+                call[0]._call.unhold()
                 taken.append(pending.popleft())
             else:
                 break
@@ -91,11 +90,9 @@ class SubmitStream(Stream):
         O(1): its entry stays in ``pending``, skipped when it comes to the front,
         so a dependent ``submit`` costs no scan of the calls held (10⁶ may be).
         """
-        call = future._call.held
-        if call is None or future.done():
+        if future.done():
             return None
-        future._call.held = None
-        return call
+        return future._call.unhold()
 
     # ---------------------------------------------------------- loop thread
     @loop_thread_only
@@ -113,10 +110,9 @@ class SubmitStream(Stream):
             self._batcher.done(self)
             self._wake()
             return
-        bundle._call.members = [future for future, *_rest in calls]
-        bundle._call.sent_at = time.monotonic()
+        bundle._call.group_sent(members=[future for future, *_rest in calls])
         for index, (future, *_rest) in enumerate(calls):
-            future._call.bundle = (bundle, index)
+            future._call.in_bundle(bundle, index)
             mark_running(future)
         self._calls_of[bundle] = calls
         self._early_outcomes[bundle] = lambda early: self._arrived_early(bundle, early)
@@ -150,23 +146,18 @@ class SubmitStream(Stream):
             return  # came back already, or given back already
         again = calls[rest:]
         del calls[rest:]
-        if bundle._call.members is not None:
-            del bundle._call.members[rest:]
-        if bundle._call.recipe is not None:  # sent again without them, should its worker die
-            runner, fn, args, kwargs, depends = bundle._call.recipe
-            bundle._call.recipe = (runner, fn, (args[0][:rest], *args[1:]), kwargs, depends)
+        bundle._call.gave_back(rest)  # sent again without them, should its worker die
         for future, *_rest in again:
             # A pick of it out of this bundle fails (GivenBack): its dependent is sent
             # again once it is settled (recovery.py), with a pick from its new bundle.
-            future._call.dask = None
+            future._call.drop_task()
         self._batcher.count_out(self)
         self.dispatch(again)
 
     def drained(self, calls: list, error: BaseException) -> None:
         """The executor drained: the calls still held here fail with ``error``."""
         for future, *_rest in calls:
-            if future._call.held is not None:  # not one already sent alone
-                future._call.held = None
+            if future._call.unhold() is not None:  # not one already sent alone
                 settle(future, exception=error)
 
     @loop_thread_only

@@ -125,7 +125,7 @@ class DirectLane:
             return None
         key = f"{self._prefix}{next(self._counter)}"
         group = TaskFuture()
-        group._call.recipe = (run_bundle, None, (calls,), {}, False)
+        group._call.sending((run_bundle, None, (calls,), {}, False))
         self.sent += 1
         self._asking += 1
         self._background(self._run(group, worker, key, packed))

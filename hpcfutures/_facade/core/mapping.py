@@ -218,9 +218,8 @@ class MapRun(Stream):
         chunk = calls if self._rest is None else Rows(calls, spread=False)
         future = self._bridge.send_chunk(self.fn, chunk, self._depends)
         end = start + len(calls)
-        future._call.places = (range(start, end) if self._positions is None
-                               else self._positions[start:end])
-        future._call.sent_at = time.monotonic()
+        future._call.group_sent(places=range(start, end) if self._positions is None
+                                else self._positions[start:end])
         self._in_flight[future] = start
         self._chunks[future] = calls
         return future
@@ -270,14 +269,7 @@ class MapRun(Stream):
         """Send the items of the chunk at ``start`` from ``rest`` on as a chunk of their
         own (lock held); None if the map sends nothing more (timed out, closed, or
         failed before them: they are never yielded)."""
-        call = future._call
-        if call.places is not None:
-            call.places = call.places[:rest]
-        if call.recipe is not None:  # sent again without them, should its worker die
-            runner, fn, (chunk,), kwargs, depends = call.recipe
-            kept = (Rows(chunk.items[:rest], chunk.spread) if isinstance(chunk, Rows)
-                    else chunk[:rest])
-            call.recipe = (runner, fn, (kept,), kwargs, depends)
+        future._call.gave_back(rest)  # sent again without them, should its worker die
         if self._stopped:
             return None
         self._batcher.count_out(self)

@@ -140,8 +140,7 @@ class Recovery:
             self._resend(future, recipe)
         else:
             call = future._call
-            call.losses += 1
-            if call.losses > MAX_LOSSES:
+            if call.lost_again() > MAX_LOSSES:
                 settle(future, exception=lost_error(recipe, call.losses, certificate or None,
                                                     call_label(recipe, None, call.places)))
             else:
@@ -234,10 +233,9 @@ class Recovery:
                 # Its value is here, but its task on the cluster (or the pick of
                 # it out of a bundle) was lost and is not run again: the value
                 # travels with the call instead.
-                argument._call.dask = argument._call.bundle = None
+                argument._call.cut_loose()
         call = future._call
-        call.losses += 1
-        if call.losses > 2 * MAX_LOSSES:  # its arguments are lost again and again
+        if call.lost_again() > 2 * MAX_LOSSES:  # its arguments are lost again and again
             settle(future, exception=lost_error(recipe, call.losses, None,
                                                 call_label(recipe, None, call.places)))
         elif not future.done():

@@ -112,9 +112,7 @@ class Sender:
             if future.done():
                 continue
             # Kept until it is done: to send it again if its worker dies (recovery.py).
-            record = future._call
-            record.recipe = (runner, fn, args, kwargs, depends)
-            record.parked = None  # parked no more, if it was: it is being sent now
+            future._call.sending((runner, fn, args, kwargs, depends))
             # One graph per runner and needs; per call count too when counts are annotated.
             calls = _calls_in(args[0]) if runner is run_chunk_task and self.count_calls else 1
             if depends:
@@ -149,7 +147,7 @@ class Sender:
         def requeue(_done: cf.Future) -> None:
             self._requeue(item)
 
-        item[0]._call.parked = group
+        item[0]._call.park(group)
         group.add_done_callback(requeue)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
@@ -169,7 +167,7 @@ class Sender:
             dask_futures = [self._send_one(runner, item, calls) for item in group]
         for (future, *_), dask_future in zip(group, dask_futures, strict=False):
             if dask_future is not None:
-                future._call.dask = dask_future
+                future._call.sent(dask_future)
                 self._follow(dask_future, future)
 
     def _send_one(self, runner: Callable[..., Any], item: tuple, calls: int = 1) -> Any:
@@ -210,9 +208,8 @@ class Sender:
             logger.debug("could not send %s as one task", key, exc_info=True)
             return None
         internal = TaskFuture()
-        internal._call.dask = dask_future
         # A bundle's recipe has no keyword arguments: its slot keeps the restrictions.
-        internal._call.recipe = (runner, None, args, _restricted(resources), False)
+        internal._call.sent(dask_future, (runner, None, args, _restricted(resources), False))
         self._follow(dask_future, internal)
         return internal
 
@@ -238,12 +235,12 @@ class Sender:
         """Send ``future``'s group again, as ``recipe`` says (its worker died under it)."""
         runner, fn, args, kwargs, depends = recipe
         call = future._call
-        call.dask = None
+        call.drop_task()
         if runner is not run_bundle:
             self.send_queued([(future, runner, fn, args, kwargs, depends)])
             return
         for member in call.members or ():
-            member._call.dask = None  # a pick from the lost bundle: made again on demand
+            member._call.drop_task()  # a pick from the lost bundle: made again on demand
         key = self._key("bundle")
         try:
             with self._counted(len(args[0])):
@@ -253,7 +250,7 @@ class Sender:
         except Exception as err:
             settle(future, exception=err)
             return
-        call.dask, call.recipe = dask_future, recipe
+        call.sent(dask_future, recipe)
         self._follow(dask_future, future)
 
     @loop_thread_only
@@ -261,10 +258,10 @@ class Sender:
                      kwargs: dict) -> None:
         """Send one user call as its own Dask task (its failure stays its own)."""
         key = self._key(getattr(fn, "__name__", "task"))
-        future._call.recipe = (run_task, fn, args, kwargs, False)
+        future._call.sending((run_task, fn, args, kwargs, False))
         dask_future = self._send_one(run_task, (future, fn, *carried(args, kwargs), key))
         if dask_future is not None:
-            future._call.dask = dask_future
+            future._call.sent(dask_future)
             self._follow(dask_future, future)
 
     # ------------------------------------------------------- dependencies
@@ -322,8 +319,8 @@ class Sender:
                     raise _ArgumentFailed(future.exception())  # type: ignore[arg-type]
                 return future.result()  # the value travels with its dependent
             with self._counted(0):  # picks a value, runs no call
-                call.dask = self._client.submit(pick, bundle._call.dask, index,
-                                                key=self._key("pick"), pure=False)
+                call.sent(self._client.submit(pick, bundle._call.dask, index,
+                                              key=self._key("pick"), pure=False))
             return call.dask
         if future.done():
             return future.result()  # failed before it was sent: raises its error
