@@ -12,6 +12,7 @@ on, so this also sees ranks that are not our descendants).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -23,6 +24,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from pace import scaled
@@ -69,6 +72,26 @@ def require(available: bool, what: str) -> None:
         pytest.fail(f"{what} is required under CI=true but is not available "
                     "(.ci/run must install and start it)")
     pytest.skip(f"{what} is not available")
+
+
+def engine_stub(**parts: Any) -> SimpleNamespace:
+    """A stand-in for the engine (the bridge) that one of its parts is built with in a
+    unit test: coroutines run on the running loop and nothing else happens, unless a
+    keyword replaces that part (``recovery=``, ``sender=``, ``connection_lost=``...)."""
+    running: set = set()
+
+    def in_background(awaitable: Any) -> asyncio.Future:
+        task = asyncio.ensure_future(awaitable)
+        running.add(task)
+        task.add_done_callback(running.discard)
+        return task
+
+    quiet = SimpleNamespace(lost=lambda *_: False, lost_directly=lambda *_: None)
+    return SimpleNamespace(**{
+        "in_background": in_background, "connection_lost": lambda: None, "wake": lambda: None,
+        "break_executor": lambda *_: None, "broken": None, "small": lambda: True,
+        "recovery": quiet, "early_outcomes": {}, "requeue": lambda _item: None,
+        "send_held_now": lambda _future: None, "send_direct": lambda _calls: None, **parts})
 
 
 def have_command(name: str) -> bool:

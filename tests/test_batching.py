@@ -16,6 +16,7 @@ import tracemalloc
 from unittest import mock
 
 import pytest
+from helpers import engine_stub
 
 from hpcfutures._facade.core import batching, pacing
 from hpcfutures._facade.core.arguments import (
@@ -364,7 +365,7 @@ class Held:
 
 
 def submit_stream(batcher: Batcher, fns) -> SubmitStream:
-    stream = SubmitStream(batcher, sender=None, wake=lambda: None)
+    stream = SubmitStream(engine_stub(batcher=batcher))
     batcher.open(stream)
     for fn in fns:
         stream.hold(Held(), fn, (1,), {})

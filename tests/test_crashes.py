@@ -13,9 +13,10 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
-from helpers import LAPTOP_WORKERS, record_failure_time, untagged, wait_until
+from helpers import LAPTOP_WORKERS, engine_stub, record_failure_time, untagged, wait_until
 
 import hpcfutures
 from hpcfutures._facade.core.futures import TaskFuture
@@ -212,8 +213,10 @@ def recover(recipe, certificate=None, key="k-2", lost_key=None, none_left=None, 
 
     async def scenario():
         pending = set()
-        rec = Recovery(None, lambda f, r: resent.append((f, r)), broken.append,
-                       lambda coro: pending.add(asyncio.ensure_future(coro)))
+        rec = Recovery(None, engine_stub(
+            sender=SimpleNamespace(resend=lambda f, r: resent.append((f, r))),
+            break_executor=broken.append,
+            in_background=lambda coro: pending.add(asyncio.ensure_future(coro))))
         rec._dask = fake
         task_future = future or TaskFuture()
         task_future._call.recipe = recipe
@@ -314,8 +317,9 @@ def test_a_wave_of_dead_workers_is_asked_about_in_one_request():
 
     async def scenario():
         pending = set()
-        rec = Recovery(None, lambda f, r: resent.append(f), lambda why: None,
-                       lambda coro: pending.add(asyncio.ensure_future(coro)))
+        rec = Recovery(None, engine_stub(
+            sender=SimpleNamespace(resend=lambda f, r: resent.append(f)),
+            in_background=lambda coro: pending.add(asyncio.ensure_future(coro))))
         rec._dask = fake
         for n in range(50):  # 50 workers' tasks lost, heard of over two turns of the loop
             future = TaskFuture()
@@ -409,7 +413,7 @@ def test_a_worker_leaving_mid_gather_asks_again_and_never_cancels_dasks_gather()
     from hpcfutures._facade.core.completions import Completions
 
     client = _GatheringClient(stuck={"1"})
-    completions = Completions(client, lost=lambda: None)
+    completions = Completions(client, engine_stub())
     futures = [TaskFuture() for _ in range(3)]
     lost = _DaskFuture("1")
 
@@ -441,7 +445,7 @@ def test_a_slow_batch_holds_back_only_itself(monkeypatch):
     monkeypatch.setattr(module, "SLOW_GATHER", 0.05)
 
     client = _GatheringClient(stuck={"1"})
-    completions = Completions(client, lost=lambda: None)
+    completions = Completions(client, engine_stub())
     futures = [TaskFuture() for _ in range(4)]
 
     async def scenario():
@@ -465,7 +469,7 @@ def test_a_worker_leaving_disturbs_only_batches_that_held_its_results():
     from hpcfutures._facade.core.completions import Completions
 
     client = _GatheringClient(stuck={"1"})
-    completions = Completions(client, lost=lambda: None)
+    completions = Completions(client, engine_stub())
     future = TaskFuture()
 
     async def scenario():
@@ -489,7 +493,7 @@ def test_results_finishing_during_a_gather_wait_for_it_and_go_out_together(monke
 
     monkeypatch.setattr(module, "SLOW_GATHER", 60.0)
     client = _GatheringClient(stuck={"1"})
-    completions = module.Completions(client, lost=lambda: None)
+    completions = module.Completions(client, engine_stub())
     futures = [TaskFuture() for _ in range(4)]
 
     async def scenario():
@@ -516,7 +520,7 @@ def test_batches_in_flight_are_bounded(monkeypatch):
 
     stuck = {str(n) for n in range(1, GATHERS + 1)}
     client = _GatheringClient(stuck=stuck)
-    completions = Completions(client, lost=lambda: None)
+    completions = Completions(client, engine_stub())
     futures = [TaskFuture() for _ in range(GATHERS + 10)]
 
     async def scenario():

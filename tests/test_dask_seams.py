@@ -1279,8 +1279,8 @@ def test_the_bridge_drops_its_connections_to_workers_that_left():
     asked: list[Any] = []
     bridge = mock.Mock(_workers=3, _total_threads=3, _closing=False)
     bridge._client.rpc.remove = lambda address, reason: removed.append((address, reason))
-    bridge._completions.worker_left = lambda: left.append(True)
-    bridge._completions.in_background = asked.append
+    bridge.completions.worker_left = lambda: left.append(True)
+    bridge.in_background = asked.append
     TaskBridge.cluster_changed(bridge, 2, 2, ["tls://10.0.0.5:4000"])
     assert [address for address, _ in removed] == ["tls://10.0.0.5:4000"] and left == [True]
     assert bridge._workers == 2 and bridge._total_threads == 2

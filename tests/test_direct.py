@@ -68,7 +68,7 @@ def lane(ex, *short):
     and a long one always does): a test of what happens *while* a direct call runs
     needs a long one sent this way."""
     direct = ex._bridge.direct
-    wait_until(lambda: list(direct._workers()), 30, "the executor knowing its workers")
+    wait_until(lambda: list(ex._bridge.roster.seen), 30, "the executor knowing its workers")
     for fn in short:
         ex._bridge.batcher.durations.record(fn, 0.0)
     return direct

@@ -9,6 +9,7 @@ import threading
 import cloudpickle
 import distributed
 import pytest
+from helpers import engine_stub
 from pace import scaled
 
 import hpcfutures
@@ -97,7 +98,7 @@ def test_a_result_that_arrived_ahead_settles_its_future_and_is_never_fetched():
 
     async def scenario() -> None:
         client = _Client()
-        completions = Completions(client, lost=lambda: None)
+        completions = Completions(client, engine_stub())
         ahead, fetched, garbled = (_Finishing(k) for k in ("ahead", "fetched", "garbled"))
         futures = {d.key: TaskFuture() for d in (ahead, fetched, garbled)}
         for dask_future in (ahead, fetched, garbled):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from contract import CustomError, fail_on, square
@@ -24,6 +25,7 @@ from helpers import (
     ROOT,
     Lines,
     assert_no_leftovers,
+    engine_stub,
     hpcfutures_run,
     rank_pid,
     require,
@@ -116,8 +118,7 @@ def test_tasks_carry_their_call_counts_even_when_sent_alone():
             seen[key] = dask.get_annotations().get(CALLS_ANNOTATION)
             return object()
 
-    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print,
-                    requeue=print)
+    sender = Sender(Client(), engine_stub(completions=SimpleNamespace(follow=lambda *_: None)))
     sender.count_calls = True
     chunk = ([(1,)] * 64,)
     sender.send_queued([(TaskFuture(), run_chunk_task, square, chunk, {}, False),

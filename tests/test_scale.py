@@ -14,9 +14,10 @@ import logging
 import sys
 import time
 import types
+from types import SimpleNamespace
 
 import pytest
-from helpers import ROOT, run_job
+from helpers import ROOT, engine_stub, run_job
 from pace import scaled
 
 from hpcfutures import StartupTimeoutError
@@ -322,9 +323,9 @@ def test_a_result_lost_with_its_worker_before_it_was_fetched_runs_again():
         async def gather(self, what):
             raise KilledWorker("hpcf-1-work-0", types.SimpleNamespace(address="tls://w"), 0)
 
-    completions = Completions(Client(), lost=lambda: None)
     taken = []
-    completions.recover = lambda dask_future, future, exc: taken.append(exc) or True
+    completions = Completions(Client(), engine_stub(recovery=SimpleNamespace(
+        lost=lambda dask_future, future, exc: taken.append(exc) or True)))
     future = TaskFuture()
     asyncio.run(completions._gather_one_by_one([(object(), future)]))
     assert not future.done() and isinstance(taken[0], KilledWorker)
@@ -354,14 +355,21 @@ def test_a_result_lost_before_it_was_looked_at_is_awaited_again_not_a_lost_sched
             gathered.extend(futures)
             return [4 for _ in futures]
 
-    broke = []
-    completions = Completions(Client(), lost=lambda: broke.append(True))
+    broke: list[bool] = []
+    started: list[asyncio.Future] = []
+
+    def in_background(awaitable):
+        started.append(asyncio.ensure_future(awaitable))
+        return started[-1]
+
+    completions = Completions(Client(), engine_stub(connection_lost=lambda: broke.append(True),
+                                                    in_background=in_background))
     future = TaskFuture()
 
     async def scenario():
         completions.follow(DaskFuture(), future)
-        while completions._background:
-            await asyncio.sleep(0.01)
+        while running := [task for task in started if not task.done()]:
+            await asyncio.gather(*running)
 
     asyncio.run(scenario())
     assert not broke and future.result(timeout=1) == 4

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pickle
 import sys
 import types
+from types import SimpleNamespace
 
 import cloudpickle
 import pytest
+from helpers import engine_stub
 
 import hpcfutures
 from hpcfutures._remote import shipping
@@ -80,8 +82,7 @@ def test_a_batch_carries_its_function_pickled_once_for_all_its_tasks():
             return [object() for _ in key]
 
     counted = CountedPickles()
-    sender = Sender(Client(), follow=lambda dask_future, future: None, send_now=print,
-                    requeue=print)
+    sender = Sender(Client(), engine_stub(completions=SimpleNamespace(follow=lambda *_: None)))
     CountedPickles.pickled = 0
     sender.send_queued([(TaskFuture(), run_chunk_task, counted, ([(i,)],), {}, False)
                         for i in range(50)])

@@ -53,7 +53,7 @@ NAPS = [nap_first, nap_first if SAME else nap_second]
 def tasks_sent(ex):
     """Dask tasks this executor has sent so far (a benchmark's peek: the sender
     numbers its tasks' keys with an itertools.count, whose repr shows the next)."""
-    counter = ex._bridge._sender._counter
+    counter = ex._bridge.sender._counter
     return int(repr(counter)[len("count("):-1])
 
 

@@ -18,10 +18,15 @@ Data flow (client process)::
                                       │  larger ones fetched in batches
     TaskFuture.result() <── settle ───┘
 
-This module keeps what the pieces share: the futures still outstanding,
-whether the executor is broken, and the cluster as the client sees it.  Dask
-tells the client how many workers and threads there are as they join and
-leave (``cluster_changed``); the batching engine sizes its groups by the
+The bridge is the engine: it owns the parts that move calls (``batcher``,
+``submits``, ``sender``, ``completions``, ``recovery``, ``direct``,
+``mpi_calls``), each built with the engine itself and reaching the others
+through it (``engine.sender.resend``, ``engine.break_executor``...), never
+through callbacks wired here (what each asks of the engine: ``core/engine.py``,
+which mypy holds this class to); and it keeps what they share: the futures still
+outstanding, whether the executor is broken, and the cluster as the client sees
+it.  Dask tells the client how many workers and threads there are as they join
+and leave (``cluster_changed``); the batching engine sizes its groups by the
 threads.  The watchdog (``watch_workers``) breaks the executor when calls wait
 and no worker is left, at once when the scheduler says none can come, else
 after the launch's timeout, so that work submitted after the last worker died
@@ -85,35 +90,35 @@ class TaskBridge:
         self._workers = 1  # at least the one the client waited for
         #: Set when SIGTERM stops the launch: its breaking is then expected.
         self.stopped_by_signal = False
+        #: Coroutines running on the loop for the engine, kept so the loop does not drop them.
+        self._background: set[asyncio.Future] = set()
+        # The engine's parts: each reaches the others, and what they share here,
+        # through this object (its ``engine``), on the loop thread.
         #: Sizes every group of calls (map chunks, submit bundles) for all streams.
         self.batcher = Batcher(self.worker_threads)
-        # Small results ahead of their task's end, and waiting for those ends: completions.py.
-        completions = self._completions = Completions(client, self._connection_lost)
+        #: Settles futures as their tasks end; small results ride ahead (completions.py).
+        self.completions = Completions(client, self)
+        #: Names tasks, swaps dependencies for Dask futures and sends them (sending.py).
+        self.sender = Sender(client, self)
+        #: Decides what becomes of the calls of a task lost with its worker (recovery.py).
+        self.recovery = Recovery(client, self)
+        #: Lone calls straight to a worker (the client side enables it): direct.py.
+        self.direct = DirectLane(client, self)
+        #: The plain submits, held and bundled (bundles.py).
+        self.submits = SubmitStream(self)
+        #: MPI tasks, with ranks reserved for each group (mpicalls.py).
+        self.mpi_calls = MPICalls(client, self)
+        self.batcher.open(self.submits)
+        self.result_arrived = self.completions.arrived
+        self.ends_heard = self.completions.ends_heard
+        #: A group's first outcomes, ahead of its end (its stream sets and drops its own).
+        self.early_outcomes = self.completions.early_outcomes
         # Every call still outstanding fails as soon as the scheduler's stream drops,
         # not only those Dask then cancels: a call held here, or sent while Dask tries
         # to reconnect, would otherwise wait for that whole timeout.
         from .. import _dask  # the client is connected: distributed is imported already
 
-        _dask.on_scheduler_lost(client, self._connection_lost)
-        self.result_arrived, self.ends_heard = completions.arrived, completions.ends_heard
-        #: A map chunk's first results, ahead of its end (mapping.py sets and drops its own).
-        self.early_outcomes = completions.early_outcomes
-        self._sender = Sender(client, self._completions.follow, self._send_held_now,
-                              self._requeue)
-        self._sender.small = lambda: small_launch(self._total_threads)
-        self._recovery = Recovery(client, self._sender.resend, self.break_executor,
-                                  self._completions.in_background)
-        self._completions.recover = self._recovery.lost
-        #: Lone calls straight to a worker (the client side enables it): direct.py.
-        self.direct = DirectLane(client, lambda: self.roster.seen, self.batcher.durations.get,
-                                 self._sender.resend,
-                                 self._recovery.lost_directly, self._completions.in_background,
-                                 answered=self.wake)
-        self._submits = SubmitStream(self.batcher, self._sender, self.wake, self._send_direct,
-                                     completions.early_outcomes)
-        self._mpi_calls = MPICalls(client, self._completions.in_background, lambda: self._broken,
-                                   self.break_executor)
-        self.batcher.open(self._submits)
+        _dask.on_scheduler_lost(client, self.connection_lost)
         self._tally: Any = None
         #: How errors name the scheduler's rank and a worker's (set by the client side).
         self.scheduler_pointer = "the scheduler's process probably died; see its output"
@@ -128,11 +133,11 @@ class TaskBridge:
     @property
     def patience(self) -> Patience:
         """The launch's waits, from its size (set by the client side)."""
-        return self._recovery.patience
+        return self.recovery.patience
 
     @patience.setter
     def patience(self, patience: Patience) -> None:
-        self._recovery.patience = patience
+        self.recovery.patience = patience
 
     @property
     def tally(self) -> Any:
@@ -142,7 +147,7 @@ class TaskBridge:
     @tally.setter
     def tally(self, tally: Any) -> None:
         self._tally = tally
-        self._sender.count_calls = tally is not None
+        self.sender.count_calls = tally is not None
 
     # ------------------------------------------------------------ user thread
     def submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> TaskFuture:
@@ -159,7 +164,7 @@ class TaskBridge:
             if depends:
                 self._queue.append((future, run_task, fn, args, kwargs, True))
             else:
-                self._submits.hold(future, fn, args, kwargs)
+                self.submits.hold(future, fn, args, kwargs)
         future.add_done_callback(self._on_done)
         if self._tally is not None:
             future.add_done_callback(self._tally.future_done)
@@ -180,7 +185,7 @@ class TaskBridge:
             future.add_done_callback(self._on_done)
             if self._tally is not None:
                 future.add_done_callback(self._tally.future_done)
-        self._loop.call_soon(self._mpi_calls.start, futures, task, calls, least, lanes)
+        self._loop.call_soon(self.mpi_calls.start, futures, task, calls, least, lanes)
         return futures
 
     def send_chunk(self, fn: Callable[..., Any], chunk: list[tuple] | Rows,
@@ -243,8 +248,8 @@ class TaskBridge:
             self._outstanding.discard(future)
         if future.cancelled() and future._call.dask is not None:
             self._loop.call_soon(self._release, future)
-        elif future.cancelled() and self._mpi_calls.asking(future):
-            self._loop.call_soon(self._mpi_calls.cancelled, future)
+        elif future.cancelled() and self.mpi_calls.asking(future):
+            self._loop.call_soon(self.mpi_calls.cancelled, future)
 
     # ------------------------------------------------------------ loop thread
     @loop_thread_only
@@ -252,7 +257,7 @@ class TaskBridge:
         dask_future = future._call.dask
         future._call.drop_task()
         if dask_future is not None and not self._closing:
-            self._completions.in_background(self._client.cancel([dask_future]))
+            self.in_background(self._client.cancel([dask_future]))
 
     @loop_thread_only
     def _flush(self) -> None:
@@ -269,7 +274,7 @@ class TaskBridge:
             self._queue.clear()
             drained = self._drained
         if drained is None:
-            self._sender.send_queued(items)
+            self.sender.send_queued(items)
         else:  # queued just before the drain: never started
             for future, *_rest in items:
                 settle(future, exception=drained)
@@ -309,21 +314,38 @@ class TaskBridge:
         """The error of calls never started, once the executor drained."""
         return self._drained
 
-    def _send_held_now(self, future: TaskFuture) -> None:
-        self._submits.send_now(future)
+    # ------------------------------------------------ for the engine's parts
+    def in_background(self, awaitable: Any) -> asyncio.Future:
+        """Run ``awaitable`` on the loop without waiting for it (kept alive until it
+        ends; loop thread)."""
+        task = asyncio.ensure_future(awaitable)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
-    def _send_direct(self, calls: list) -> TaskFuture | None:
+    def small(self) -> bool:
+        """Whether the launch is small (``batching.small_launch``): a group's finished
+        calls travel ahead of its end."""
+        return small_launch(self._total_threads)
+
+    def send_held_now(self, future: TaskFuture) -> None:
+        """Send a call still held for bundling at once, alone: it became an argument."""
+        self.submits.send_now(future)
+
+    def send_direct(self, calls: list) -> TaskFuture | None:
         """A lone call straight to a worker if nothing else is in flight (direct.py)."""
         if len(self._outstanding) != 1 or self._queue or self._closing or self._broken:
             return None
-        return self._sender.launch_direct(calls, self.direct)
+        return self.sender.launch_direct(calls, self.direct)
 
-    def _requeue(self, item: tuple) -> None:
+    def requeue(self, item: tuple) -> None:
+        """Queue a call again for :meth:`_flush` (its argument is settled now)."""
         with self._lock:
             self._queue.append(item)
         self.wake()
 
-    def _connection_lost(self) -> None:
+    def connection_lost(self) -> None:
+        """The scheduler is gone: every outstanding call fails (unless closing)."""
         if not self._closing:
             self.break_executor(f"the connection to the scheduler at {self._address} was "
                                 f"lost: {self.scheduler_pointer}", self.scheduler_lost_cause)
@@ -391,10 +413,10 @@ class TaskBridge:
         if left and not self._closing:
             # Named now, not at watch_workers' next look: the calls it held may be done
             # again elsewhere, and the launch end, before that.
-            self._completions.in_background(self.roster.refresh(
+            self.in_background(self.roster.refresh(
                 self._client, self._is_closing, self.patience.ask_timeout))
         if workers < self._workers or left:
-            self._completions.worker_left()
+            self.completions.worker_left()
         self._workers = workers
         self._total_threads = max(1, threads)
 
@@ -431,7 +453,7 @@ class TaskBridge:
             if not workers and not self._closing and self.waiting():
                 # Calls wait and no worker can ever come (all died, or were
                 # released as idle): say so now, not after `deadline`.
-                none_left = await self._recovery.none_left()
+                none_left = await self.recovery.none_left()
                 if none_left:
                     self.break_executor(none_left)
                     return
@@ -448,7 +470,7 @@ class TaskBridge:
     @property
     def crash_status(self) -> int | None:
         """The exit status of the first worker a call killed, if one did (signals: 128+N)."""
-        return self._recovery.crash_status
+        return self.recovery.crash_status
 
     def _is_closing(self) -> bool:
         return self._closing

@@ -21,7 +21,8 @@ from typing import Any, cast
 from ..._remote.calls import BundleOutcome, restore_traceback, run_bundle
 from ..._remote.express import Early
 from ..._support.loop import loop_thread_only
-from .batching import Batcher, Stream
+from .batching import Stream
+from .engine import Engine
 from .futures import TaskFuture, mark_running, settle
 from .pacing import waited
 
@@ -32,32 +33,25 @@ class SubmitStream(Stream):
     """The plain ``submit`` calls, in order: each ``(future, fn, args, kwargs)``.
 
     Args:
-        batcher: The engine that cuts bundles off this stream.
-        sender: Sends a bundle (``launch_internal``) or one call (``launch_alone``).
-        wake: Asks for the engine to plan again (a bundle came back).
-        direct: Sends a bundle of one call straight to a worker, if it may go that
-            way (``direct.py``); its group's future, or None.
+        engine: The engine (the bridge) it is part of: its ``batcher`` cuts bundles
+            off this stream; its ``sender`` sends a bundle (``launch_internal``) or
+            one call (``launch_alone``); ``send_direct`` sends a bundle of one call
+            straight to a worker, if it may go that way (``direct.py``); its
+            ``early_outcomes`` take a running bundle's first outcomes; ``wake`` asks
+            it to plan again (a bundle came back).
     """
 
-    def __init__(self, batcher: Batcher, sender: Any, wake: Callable[[], None],
-                 direct: Callable[[list], TaskFuture | None] = lambda calls: None,
-                 early_outcomes: dict[TaskFuture, Callable[[Early], None]] | None = None
-                 ) -> None:
+    def __init__(self, engine: Engine) -> None:
         super().__init__()
-        self._batcher = batcher
-        self._sender = sender
-        self._wake = wake
+        self._engine = engine
         #: Each bundle on the workers -> its calls (until it comes back).
         self._calls_of: dict[TaskFuture, list] = {}
-        #: Where a bundle's early outcomes are taken (``Completions.early_outcomes``).
-        self._early_outcomes = {} if early_outcomes is None else early_outcomes
-        self._direct = direct
 
     def hold(self, future: TaskFuture, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """Queue a call (any thread)."""
         call = (future, fn, args, kwargs)
         future._call.hold(call)
-        self._batcher.add(self, call)
+        self._engine.batcher.add(self, call)
 
     # ------------------------------------------- the engine's view (its lock held)
     def head_fn(self) -> Callable[..., Any] | None:
@@ -99,30 +93,30 @@ class SubmitStream(Stream):
     def dispatch(self, calls: list) -> None:
         """Send one bundle; if it cannot be pickled as a whole, each call alone."""
         group = [(fn, args, kwargs) for _, fn, args, kwargs in calls]
-        bundle = self._direct(group) if len(group) == 1 else None
+        bundle = self._engine.send_direct(group) if len(group) == 1 else None
         if bundle is None:
-            bundle = self._sender.launch_internal(
+            bundle = self._engine.sender.launch_internal(
                 run_bundle, (group,), getattr(calls[0][1], "__name__", "task"),
                 calls=len(calls), expect=self._expected(group))
         if bundle is None:
             for future, fn, args, kwargs in calls:
-                self._sender.launch_alone(future, fn, args, kwargs)
-            self._batcher.done(self)
-            self._wake()
+                self._engine.sender.launch_alone(future, fn, args, kwargs)
+            self._engine.batcher.done(self)
+            self._engine.wake()
             return
         bundle._call.group_sent(members=[future for future, *_rest in calls])
         for index, (future, *_rest) in enumerate(calls):
             future._call.in_bundle(bundle, index)
             mark_running(future)
         self._calls_of[bundle] = calls
-        self._early_outcomes[bundle] = lambda early: self._arrived_early(bundle, early)
+        self._engine.early_outcomes[bundle] = lambda early: self._arrived_early(bundle, early)
         bundle.add_done_callback(lambda done: self._finished(cast(TaskFuture, done), calls))
 
     def _expected(self, group: list) -> float | None:
         """The longest estimate among a bundle's functions (None: one is not known):
         its worker gives back the calls behind one that runs far longer."""
         functions = {id(fn): fn for fn, *_ in group}.values()
-        estimates = [self._batcher.durations.get(fn) for fn in functions]
+        estimates = [self._engine.batcher.durations.get(fn) for fn in functions]
         known = [seconds for seconds in estimates if seconds is not None]
         return max(known) if len(known) == len(estimates) else None
 
@@ -151,7 +145,7 @@ class SubmitStream(Stream):
             # A pick of it out of this bundle fails (GivenBack): its dependent is sent
             # again once it is settled (recovery.py), with a pick from its new bundle.
             future._call.drop_task()
-        self._batcher.count_out(self)
+        self._engine.batcher.count_out(self)
         self.dispatch(again)
 
     def drained(self, calls: list, error: BaseException) -> None:
@@ -163,7 +157,7 @@ class SubmitStream(Stream):
     @loop_thread_only
     def send_now(self, future: TaskFuture) -> None:
         """Send a waiting call at once, alone: its future is about to become an argument."""
-        call = self._batcher.take_out(self, lambda: self._claim(future))
+        call = self._engine.batcher.take_out(self, lambda: self._claim(future))
         if call is not None:
             self.dispatch([call])
 
@@ -173,15 +167,15 @@ class SubmitStream(Stream):
             # Its worker gave calls back, and the word of it did not arrive first.
             self.given_back(bundle, ran)
         self._calls_of.pop(bundle, None)
-        self._early_outcomes.pop(bundle, None)
+        self._engine.early_outcomes.pop(bundle, None)
         if error is not None:  # the whole bundle failed (lost worker, unpicklable result...)
-            self._batcher.done(self)
+            self._engine.batcher.done(self)
             for future, *_rest in calls:
                 settle(future, exception=error)
         else:
             outcome = bundle.result()
             busy = sum(outcome.seconds)
-            self._batcher.done(self, _per_function(calls, outcome), busy,
+            self._engine.batcher.done(self, _per_function(calls, outcome), busy,
                                waited(outcome.idle, bundle._call.sent_at, busy))
             _deliver(calls, outcome.results)
             # The bundle outlives this call while any of its futures lives (an
@@ -190,7 +184,7 @@ class SubmitStream(Stream):
             # future holds those, and frees them when the caller drops it.
             outcome.results.clear()
         calls.clear()  # the bundle's done callback (this) held every call
-        self._wake()
+        self._engine.wake()
 
 
 def _per_function(calls: list, outcome: BundleOutcome) -> list[tuple[Any, float]]:

@@ -25,6 +25,7 @@ from ..._errors import RemoteTraceback, SerializationError
 from ..._remote.calls import restore_traceback
 from ..._remote.express import Early
 from ..._support.loop import loop_thread_only
+from .engine import Engine
 from .futures import TaskFuture, settle
 
 __all__ = ["GATHERS", "SLOW_GATHER", "Completions", "as_serialization_error"]
@@ -48,16 +49,16 @@ class Completions:
 
     Args:
         client: The Dask client.
-        lost: Called when a task ended neither finished nor erred while its
-            future still waits: the connection to the scheduler is gone.
+        engine: The engine (the bridge) it is part of: its ``recovery`` takes over a
+            task lost with its worker (``recovery.lost``); it hears of a task that
+            ended neither finished nor erred while its future still waits
+            (``connection_lost``: the scheduler is gone), and runs coroutines on the
+            loop (``in_background``).
     """
 
-    def __init__(self, client: Any, lost: Callable[[], None]) -> None:
+    def __init__(self, client: Any, engine: Engine) -> None:
         self._client = client
-        self._lost = lost
-        #: ``recover(dask_future, future, exception)``: whether it takes over a task
-        #: lost with its worker (recovery.py); set by the bridge.
-        self.recover: Callable[[Any, TaskFuture, BaseException], bool] | None = None
+        self._engine = engine
         self._ready: _Batch = []
         #: The batches being fetched, each with the future that abandons it and
         #: when its gather started (loop time).
@@ -65,8 +66,6 @@ class Completions:
         self._batches = 0
         #: Starts another gather once the youngest under way has been slow.
         self._timer: asyncio.TimerHandle | None = None
-        #: Tasks running in the background, kept so the loop does not drop them.
-        self._background: set[asyncio.Future] = set()
         #: Dask key -> the future its small result settles, should it come ahead
         #: of the task's end (``_remote/express.py``).
         self._awaiting: dict[Any, TaskFuture] = {}
@@ -109,18 +108,11 @@ class Completions:
             if not abandon.done() and any(d.status != "finished" for d, _ in batch):
                 abandon.set_result(None)
 
-    def in_background(self, awaitable: Any) -> asyncio.Future:
-        """Run ``awaitable`` on the loop without waiting for it (kept alive until it ends)."""
-        task = asyncio.ensure_future(awaitable)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
-
     @loop_thread_only
     def follow(self, dask_future: Any, future: TaskFuture) -> None:
         """Settle ``future`` when ``dask_future`` ends."""
         self._awaiting[dask_future.key] = future
-        self.in_background(self._watch(dask_future, future))
+        self._engine.in_background(self._watch(dask_future, future))
 
     @loop_thread_only
     def arrived(self, key: Any, payload: bytes) -> None:
@@ -179,11 +171,11 @@ class Completions:
             self._ready.append((dask_future, future))
             self._fetch_more()
         elif status == "error":
-            if self.recover is not None and self.recover(dask_future, future, exception):
+            if self._engine.recovery.lost(dask_future, future, exception):
                 return
             settle(future, exception=as_serialization_error(restore_traceback(exception)))
         elif not future.done():
-            self._lost()
+            self._engine.connection_lost()
 
     def _fetch_more(self) -> None:
         """Start fetching what is ready: at once when no gather is under way, else
@@ -205,7 +197,7 @@ class Completions:
             self._batches += 1
             abandon = loop.create_future()
             self._fetching[self._batches] = (batch, abandon, loop.time())
-            self.in_background(self._fetch(self._batches, batch, abandon))
+            self._engine.in_background(self._fetch(self._batches, batch, abandon))
 
     def _slow_gather(self) -> None:
         self._timer = None
@@ -214,7 +206,7 @@ class Completions:
     async def _fetch(self, number: int, batch: _Batch, abandon: asyncio.Future[None]) -> None:
         """Fetch one batch of finished results: one round trip for many tasks."""
         try:
-            fetch = self.in_background(self._client.gather([d for d, _ in batch]))
+            fetch = self._engine.in_background(self._client.gather([d for d, _ in batch]))
             # Not cancelled with this task (the loop stopping): see worker_left.
             await asyncio.wait({fetch, abandon}, return_when=asyncio.FIRST_COMPLETED)
             if not fetch.done():  # it held a lost result: ask again (see worker_left)
@@ -253,7 +245,7 @@ class Completions:
                 # A finished result whose worker died before it was fetched: Dask
                 # computes it again, and may find it lost once more (its worker
                 # died in the same wave): recovery decides, as for any lost task.
-                if self.recover is not None and self.recover(dask_future, future, err):
+                if self._engine.recovery.lost(dask_future, future, err):
                     continue
                 settle(future, exception=as_serialization_error(restore_traceback(err)))
             else:

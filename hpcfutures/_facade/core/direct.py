@@ -49,6 +49,7 @@ from ..._remote.calls import restore_traceback, run_bundle
 from ..._remote.carried import Carried
 from ..._support.loop import loop_thread_only
 from .completions import as_serialization_error
+from .engine import Engine
 from .futures import TaskFuture, settle
 
 __all__ = ["SHORT_CALL", "DirectLane"]
@@ -67,32 +68,23 @@ class DirectLane:
 
     Args:
         client: The Dask client.
-        workers: The addresses of the workers present (the roster's).
-        estimate: A function's seconds per call so far (None: never measured).
-        resend: ``resend(future, recipe)`` sends a group the usual way under ``future``.
-        lost: ``lost(future, key, worker)``: the group was lost with its worker (recovery).
-        background: runs a coroutine on the loop without waiting for it.
-        answered: called once a worker answered (or failed to), for what waited.
+        engine: The engine (the bridge) it is part of: the workers present
+            (``roster.seen``), a function's seconds per call so far
+            (``batcher.durations``), the usual way for a call that cannot go
+            this one (``sender.resend``), the judge of a group lost with its
+            worker (``recovery.lost_directly``), coroutines on the loop
+            (``in_background``), and ``wake`` once a worker answered (or
+            failed to), for what waited.
     """
 
-    def __init__(self, client: Any, workers: Callable[[], Any],
-                 estimate: Callable[[Callable[..., Any]], float | None],
-                 resend: Callable[[TaskFuture, tuple], None],
-                 lost: Callable[[TaskFuture, str, str], None],
-                 background: Callable[[Any], object],
-                 answered: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, client: Any, engine: Engine) -> None:
         from ... import _dask  # the client is connected: distributed is imported already
 
         self._dask = _dask
         self._client = client
-        self._workers = workers
-        self._estimate = estimate
-        self._resend = resend
-        self._lost = lost
-        self._background = background
-        #: Calls sent whose worker has not answered yet, and who hears of an answer.
+        self._engine = engine
+        #: Calls sent whose worker has not answered yet.
         self._asking = 0
-        self._answered = answered
         #: Whether this launch allows direct calls at all (the client side decides).
         self.enabled = False
         #: Workers that refused a call or were lost under one: never asked again.
@@ -108,14 +100,14 @@ class DirectLane:
         is known to be short."""
         if not self.enabled:
             return False
-        seconds = self._estimate(fn)
+        seconds = self._engine.batcher.durations.get(fn)
         return seconds is not None and seconds <= SHORT_CALL
 
     @loop_thread_only
     def launch(self, calls: list) -> TaskFuture | None:
         """Send a bundle of one call (functions already shipped; :meth:`takes` said
         yes) to a worker; its group's future, or None when it must go the usual way."""
-        worker = next((address for address in self._workers()
+        worker = next((address for address in self._engine.roster.seen
                        if address not in self._avoided), None)
         if worker is None:
             return None
@@ -128,7 +120,7 @@ class DirectLane:
         group._call.sending((run_bundle, None, (calls,), {}, False))
         self.sent += 1
         self._asking += 1
-        self._background(self._run(group, worker, key, packed))
+        self._engine.in_background(self._run(group, worker, key, packed))
         return group
 
     def asking(self) -> bool:
@@ -153,16 +145,16 @@ class DirectLane:
             logger.debug("%s (call %s)", err, key)
             self._avoided.add(worker)
             self.rerouted += 1
-            self._lost(group, key, worker)
+            self._engine.recovery.lost_directly(group, key, worker)
         except Exception as err:  # the runner's own failure, or an unpicklable result
             settle(group, exception=as_serialization_error(restore_traceback(err)))
         else:
             settle(group, result=outcome)
         finally:
             self._asking -= 1
-            self._answered()
+            self._engine.wake()
 
     def _reroute(self, group: TaskFuture) -> None:
         if not group.done() and group._call.recipe is not None:
             self.rerouted += 1
-            self._resend(group, group._call.recipe)
+            self._engine.sender.resend(group, group._call.recipe)

@@ -29,7 +29,7 @@ import asyncio
 import logging
 import reprlib
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..._errors import WorkerCrashError
@@ -39,6 +39,7 @@ from ..._remote.deathwatch import function_name
 from ..._support.loop import loop_thread_only
 from ..._support.patience import Patience
 from .arguments import futures_in
+from .engine import Engine
 from .futures import TaskFuture, settle
 
 __all__ = ["CERTIFICATE_WAIT", "MAX_LOSSES", "Recovery", "call_label", "crash_error",
@@ -64,21 +65,18 @@ class Recovery:
 
     Args:
         client: The Dask client.
-        resend: ``resend(future, recipe)`` sends a group again under ``future``.
-        broken: ``broken(reason)`` breaks the executor (no worker is left).
-        background: runs a coroutine on the loop without waiting for it.
+        engine: The engine (the bridge) it is part of: its sender sends a group
+            again (``sender.resend``); it breaks the executor when no worker is
+            left (``break_executor``) and runs coroutines on the loop
+            (``in_background``).
     """
 
-    def __init__(self, client: Any, resend: Callable[[TaskFuture, tuple], None],
-                 broken: Callable[[str], None],
-                 background: Callable[[Any], object]) -> None:
+    def __init__(self, client: Any, engine: Engine) -> None:
         from ... import _dask  # the client is connected: distributed is imported already
 
         self._dask = _dask
         self._client = client
-        self._resend = resend
-        self._broken = broken
-        self._background = background
+        self._engine = engine
         #: Per dead worker, the scheduler's answer (asked once, shared).
         self._answers: dict[str, asyncio.Future] = {}
         #: The exit status of the first worker a call killed (signals as 128+N).
@@ -99,12 +97,12 @@ class Recovery:
             return False
         if isinstance(exception, GivenBack):
             # An argument picked out of a bundle that gave that call back to run elsewhere.
-            self._background(self._after_arguments(future, call.recipe))
+            self._engine.in_background(self._after_arguments(future, call.recipe))
             return True
         lost = self._dask.lost_worker(exception)
         if lost is None:
             return False
-        self._background(self._recover(dask_future, future, *lost))
+        self._engine.in_background(self._recover(dask_future, future, *lost))
         return True
 
     async def _recover(self, dask_future: Any, future: TaskFuture, key: str,
@@ -123,7 +121,7 @@ class Recovery:
         was lost with it: judged as any task lost with its worker."""
         if future.done() or future._call.recipe is None:
             return
-        self._background(self._judge(future, future._call.recipe, key, worker))
+        self._engine.in_background(self._judge(future, future._call.recipe, key, worker))
 
     async def _judge(self, future: TaskFuture, recipe: tuple, key: str, worker: str) -> None:
         """Blame the call the certificate names, or send the group again."""
@@ -137,16 +135,16 @@ class Recovery:
             if self.crash_status is None:
                 self.crash_status = exit_status_of(certificate)
         elif culprit is not None:  # another call killed it: not this one's doing
-            self._resend(future, recipe)
+            self._engine.sender.resend(future, recipe)
         else:
             call = future._call
             if call.lost_again() > MAX_LOSSES:
                 settle(future, exception=lost_error(recipe, call.losses, certificate or None,
                                                     call_label(recipe, None, call.places)))
             else:
-                self._resend(future, recipe)
+                self._engine.sender.resend(future, recipe)
         if answer.get("none_left"):
-            self._broken(answer["none_left"])
+            self._engine.break_executor(answer["none_left"])
 
     async def _answer(self, worker: str) -> dict[str, Any]:
         pending = self._answers.get(worker)
@@ -198,12 +196,12 @@ class Recovery:
         runner, fn, args, kwargs, depends = recipe
         if runner is run_chunk_task and index > 0:
             # The items before it ran, but their results died with the worker.
-            self._resend(future, (runner, fn, (list(args[0])[:index],),
+            self._engine.sender.resend(future, (runner, fn, (list(args[0])[:index],),
                                   {**kwargs, "then": crash}, depends))
         elif runner is run_bundle and len(args[0]) > 1:
             calls = list(args[0])
             calls[index] = (fail_with, (crash,), {})
-            self._resend(future, (runner, fn, (calls, *args[1:]), kwargs, depends))
+            self._engine.sender.resend(future, (runner, fn, (calls, *args[1:]), kwargs, depends))
         else:  # one call (run_task), a chunk's first item, a bundle of one
             settle(future, exception=restore_traceback(crash))
 
@@ -239,7 +237,7 @@ class Recovery:
             settle(future, exception=lost_error(recipe, call.losses, None,
                                                 call_label(recipe, None, call.places)))
         elif not future.done():
-            self._resend(future, recipe)
+            self._engine.sender.resend(future, recipe)
 
 
 def _set_once(settled: asyncio.Future[None]) -> None:

@@ -33,6 +33,7 @@ from ..._reports.summary import CALLS_ANNOTATION
 from ..._support.loop import loop_thread_only
 from .arguments import swap_futures
 from .direct import DirectLane
+from .engine import Engine
 from .futures import TaskFuture, settle
 from .tasks import needs_of
 from .unsendable import submission_error, unpicklable_part
@@ -68,24 +69,21 @@ class Sender:
 
     Args:
         client: The Dask client.
-        follow: ``follow(dask_future, future)`` settles ``future`` when its task ends.
-        send_now: Sends a call still held for bundling at once (it became an argument).
-        requeue: Queues an item of :meth:`send_queued` again (its argument is now settled).
+        engine: The engine (the bridge) it is part of: its completions settle a
+            future when its task ends (``completions.follow``); it sends a call still
+            held for bundling at once (``send_held_now``: it became an argument),
+            queues an item of :meth:`send_queued` again (``requeue``: its argument is
+            now settled), and says whether the launch is ``small``
+            (``batching.small_launch``).
     """
 
-    def __init__(self, client: Any, follow: Callable[[Any, TaskFuture], None],
-                 send_now: Callable[[TaskFuture], None],
-                 requeue: Callable[[tuple], None]) -> None:
+    def __init__(self, client: Any, engine: Engine) -> None:
         self._client = client
-        self._follow = follow
-        self._send_now = send_now
-        self._requeue = requeue
+        self._engine = engine
         self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
         #: Annotate tasks with their call counts (only for the end-of-run summary).
         self.count_calls = False
-        #: Whether the launch is small (``batching.small_launch``; set by the bridge).
-        self.small: Callable[[], bool] = lambda: True
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}{name}-{next(self._counter)}"
@@ -145,7 +143,7 @@ class Sender:
         again after it (done callbacks run in the order they were added), so it is
         sent before them."""
         def requeue(_done: cf.Future) -> None:
-            self._requeue(item)
+            self._engine.requeue(item)
 
         item[0]._call.park(group)
         group.add_done_callback(requeue)
@@ -168,7 +166,7 @@ class Sender:
         for (future, *_), dask_future in zip(group, dask_futures, strict=False):
             if dask_future is not None:
                 future._call.sent(dask_future)
-                self._follow(dask_future, future)
+                self._engine.completions.follow(dask_future, future)
 
     def _send_one(self, runner: Callable[..., Any], item: tuple, calls: int = 1) -> Any:
         future, fn, args, kwargs, key = item
@@ -198,7 +196,8 @@ class Sender:
             # With the summary on, the scheduler counts a bundle's calls where it ran
             # (its annotation): such a bundle's worker gives none of them back.  On a
             # large launch its finished calls do not travel ahead (batching.small_launch).
-            args = (self._shipped_calls(args[0]), not self.count_calls, self.small(), expect)
+            args = (self._shipped_calls(args[0]), not self.count_calls, self._engine.small(),
+                    expect)
             sent = (Carried(args[0], {}), *args[1:])  # and Dask never reads the calls
         try:
             with self._counted(calls):
@@ -210,7 +209,7 @@ class Sender:
         internal = TaskFuture()
         # A bundle's recipe has no keyword arguments: its slot keeps the restrictions.
         internal._call.sent(dask_future, (runner, None, args, _restricted(resources), False))
-        self._follow(dask_future, internal)
+        self._engine.completions.follow(dask_future, internal)
         return internal
 
     @loop_thread_only
@@ -251,7 +250,7 @@ class Sender:
             settle(future, exception=err)
             return
         call.sent(dask_future, recipe)
-        self._follow(dask_future, future)
+        self._engine.completions.follow(dask_future, future)
 
     @loop_thread_only
     def launch_alone(self, future: TaskFuture, fn: Callable[..., Any], args: tuple,
@@ -262,7 +261,7 @@ class Sender:
         dask_future = self._send_one(run_task, (future, fn, *carried(args, kwargs), key))
         if dask_future is not None:
             future._call.sent(dask_future)
-            self._follow(dask_future, future)
+            self._engine.completions.follow(dask_future, future)
 
     # ------------------------------------------------------- dependencies
     def _resolve_or_settle(self, future: TaskFuture, runner: Callable[..., Any],
@@ -309,7 +308,7 @@ class Sender:
         if call.parked is not None and not future.done():
             raise _AfterDirect(call.parked)  # it waits for a direct call: so does this
         if call.bundle is None and not future.done():
-            self._send_now(future)
+            self._engine.send_held_now(future)
         if call.bundle is not None:
             bundle, index = call.bundle
             if bundle._call.dask is None:  # sent straight to a worker (direct.py)

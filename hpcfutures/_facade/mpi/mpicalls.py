@@ -35,7 +35,6 @@ import concurrent.futures as cf
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -47,6 +46,7 @@ from ..._remote.mpitask import run_members
 from ..._remote.shipping import ship
 from ..._reports.summary import CALLS_ANNOTATION
 from ..core.arguments import futures_in, swap_futures
+from ..core.engine import Engine
 from ..core.futures import TaskFuture, settle
 from ..core.tasks import Task
 from .mpilanes import CallQueue
@@ -71,18 +71,14 @@ class MPICalls:
 
     Args:
         client: The Dask client.
-        in_background: Runs a coroutine on the loop, keeping it alive.
-        broken: The executor's breaking error, once it is broken.
-        break_executor: Breaks the executor, with the reason.
+        engine: The engine (the bridge) these calls are part of: runs coroutines on
+            the loop (``in_background``), knows whether the executor is ``broken``
+            and breaks it (``break_executor``).
     """
 
-    def __init__(self, client: Any, in_background: Callable[[Any], object],
-                 broken: Callable[[], BaseException | None],
-                 break_executor: Callable[[str], None]) -> None:
+    def __init__(self, client: Any, engine: Engine) -> None:
         self._client = client
-        self._in_background = in_background
-        self._broken = broken
-        self._break_executor = break_executor
+        self._engine = engine
         self._asking: asyncio.Semaphore | None = None
         #: The groups whose members run now: group -> (task, world ranks, futures sent).
         self._running: dict[str, tuple[MPITask, list[int], list[TaskFuture]]] = {}
@@ -100,7 +96,7 @@ class MPICalls:
 
             _dask.follow_member_losses(self._client, self._member_lost, self._call_failed)
             self._following = True
-        self._in_background(self._run(futures, task, calls, least, lanes))
+        self._engine.in_background(self._run(futures, task, calls, least, lanes))
 
     def asking(self, future: TaskFuture) -> bool:
         """Whether ``future``'s call waits for a group (any thread)."""
@@ -115,7 +111,7 @@ class MPICalls:
         queue = self._asking_for.pop(future, None)
         if queue is not None and not queue.left():
             for group in queue.asking:
-                self._in_background(_quietly(_dask.release_ranks(self._client, group)))
+                self._engine.in_background(_quietly(_dask.release_ranks(self._client, group)))
 
     def _member_lost(self, group: str, world_rank: int | None) -> None:
         """A worker died under a running call: end the MPI job (see the module's doc)."""
@@ -127,7 +123,7 @@ class MPICalls:
         member = world_ranks.index(world_rank) if world_rank in world_ranks else "?"
         name = getattr(task.fn, "__qualname__", repr(task.fn))
         where = f"MPI world rank {world_rank}" if world_rank is not None else "a worker"
-        self._break_executor(
+        self._engine.break_executor(
             f"{where} died (or lost its connection) while it ran member rank {member} of "
             f"{len(world_ranks)} of MPI task {name!r}; the other members may wait for it "
             "forever inside MPI, so under MPI's rule for a failed process the whole job "
@@ -175,7 +171,7 @@ class MPICalls:
 
     async def _lane(self, queue: CallQueue) -> None:
         """Groups of the queue's calls, one after another, until none is left."""
-        while queue.left() and self._broken() is None:
+        while queue.left() and self._engine.broken is None:
             if not await self._group(queue):
                 return
 
@@ -207,7 +203,7 @@ class MPICalls:
         finally:
             self._running.pop(group, None)
             if release:
-                self._in_background(_quietly(_dask.release_ranks(self._client, group)))
+                self._engine.in_background(_quietly(_dask.release_ranks(self._client, group)))
         queue.measured(outcomes[0])
         for index, future in enumerate(sent):
             if future.done():  # told at once (_call_failed), or failed by a broken executor
@@ -229,7 +225,7 @@ class MPICalls:
         async with self._asking:
             queue.asking.add(group)
             try:
-                while queue.left() and self._broken() is None:
+                while queue.left() and self._engine.broken is None:
                     answer = await _dask.reserve_ranks(self._client, group, queue.task.ranks,
                                                        RESERVE_WAIT, keys,
                                                        queue.task.needs.resources())
