@@ -6,11 +6,13 @@ call (``batcher``, ``submits``, ``sender``, ``completions``, ``recovery``,
 others only through the engine it was built with, never through a callback
 handed to it, so what each part needs of the rest is written here, once::
 
-    submits ──► sender ──► completions ──► settle(future)
-       │          ▲  ▲          │ a task lost with its worker
-       │          │  └──────────┴─► recovery ── sends the group again, or
-       │          │                              breaks the engine
-       └─► send_direct ──► direct (a lone call) ─┘
+    submits ──► sender ─────────► completions ──► settle(future)
+       │          ▲                    │
+       │          │ resend             │ a task lost with its worker
+       │          └───── recovery ◄────┘ (or break_executor: none left)
+       │                    ▲
+       └─► send_direct ─► direct: a lone call; lost with its worker, it is
+                          judged as above; one it cannot take goes by resend
 
 Everything here runs on the loop thread.
 """
