@@ -197,7 +197,7 @@ class TaskBridge:
             if broken is None:
                 self._outstanding.add(future)
                 options: dict[str, Any] = {}
-                if not small_launch(self._total_threads):
+                if not self.small():
                     # No results ahead of the chunk's end, and nothing given back: where
                     # hundreds of workers share a host's cores, an item's wall time says
                     # little of its cost, and chunks given back behind one held up by the
