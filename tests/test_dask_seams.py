@@ -859,10 +859,9 @@ def test_a_memory_limit_the_worker_already_fills_is_refused_before_it_joins():
 
 # ------------------------------------------------------- a worker that a call killed
 def running_key(_: Any) -> str:
-    """In a worker thread: the key Dask says this task runs under (deathwatch's source)."""
-    from distributed.worker import thread_state
-
-    return str(thread_state.key)
+    """In a worker thread: the key hpcfutures reads for the task it runs (deathwatch's
+    and the express outbox's source: Dask's public ``get_current_task``)."""
+    return str(_dask.express.running_task_key())
 
 
 def test_a_task_lost_with_its_worker_comes_back_at_once_with_the_worker_named(caplog):
@@ -982,12 +981,12 @@ def test_a_death_report_the_busy_scheduler_leaves_unanswered_is_made_again():
     run(scenario())
 
 
-def test_a_running_tasks_key_is_dasks_thread_state_key():
+def test_a_running_tasks_key_is_read_through_get_current_task():
     async def scenario() -> None:
         async with live(workers=1) as cluster:
             future = cluster.client.submit(running_key, 1, key="which-key-1", pure=False)
             assert await future.result() == "which-key-1", (
-                "distributed.worker.thread_state.key is not the running task's key: the "
+                "get_worker().get_current_task() is not the running task's key: the "
                 "death certificate can no longer name the call that killed a worker")
 
     run(scenario())
@@ -1331,11 +1330,12 @@ X
 def where_am_i(value: Any) -> tuple[Any, str, Any, bool]:
     """In a worker thread: the value, the worker's address, the thread's task key, and
     whether a small result would be sent ahead (it must not be: it goes in the answer)."""
-    from distributed.worker import get_worker, thread_state
+    from distributed.worker import get_worker
 
     from hpcfutures._remote import express
 
-    return value, str(get_worker().address), thread_state.key, express.express(value)
+    return value, str(get_worker().address), get_worker().get_current_task(), \
+        express.express(value)
 
 
 class Unpicklable:

@@ -22,10 +22,21 @@ from distributed import Client, Scheduler, Worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 __all__ = ["EXPRESS_OP", "ExpressOutbox", "ExpressRelay", "bind_to_thread",
-           "expect_express_results", "send_express"]
+           "expect_express_results", "running_task_key", "send_express"]
 
 #: A small result, on the worker's stream and then on the client's.
 EXPRESS_OP = "hpcfutures-express"
+
+
+def running_task_key() -> Any:
+    """The key of the task this thread runs, by Dask's public word
+    (``get_worker().get_current_task()``); None outside a task."""
+    from distributed.worker import get_worker
+
+    try:
+        return get_worker().get_current_task()
+    except (ValueError, KeyError):  # not a worker's thread; a worker's, between tasks
+        return None
 
 
 def send_express(payload: bytes) -> None:
@@ -34,14 +45,12 @@ def send_express(payload: bytes) -> None:
     The worker is the one running this thread's task (a process of the scale
     harness hosts hundreds); outside a task nothing is sent.
     """
-    from distributed.worker import get_worker, thread_state
+    from distributed.worker import get_worker
 
-    key = getattr(thread_state, "key", None)
     try:
         worker = get_worker()
-    except ValueError:
-        return
-    if key is None:
+        key = worker.get_current_task()
+    except (ValueError, KeyError):  # not a worker's thread; a worker's, between tasks
         return
     outbox = worker.plugins.get(ExpressOutbox.name)
     if isinstance(outbox, ExpressOutbox):  # else the client fetches the result as Dask does
@@ -84,7 +93,7 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
     the worker runs and for how long (its heartbeat, sent early: the scheduler's work
     stealing then sees a call that runs long, and moves a group queued behind it to a
     free worker); None outside a worker."""
-    from distributed.worker import get_worker, thread_state
+    from distributed.worker import get_worker
 
     try:
         worker = get_worker()
@@ -92,7 +101,10 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
         return None
 
     def task_key() -> Any:
-        return getattr(thread_state, "key", None)
+        try:
+            return worker.get_current_task()
+        except KeyError:  # between tasks
+            return None
 
     def send(key: Any, payload: bytes) -> None:
         worker.loop.add_callback(worker.batched_send,

@@ -29,7 +29,7 @@ from ._common import (
     _hurry,
 )
 from .direct import serve_direct_calls
-from .express import ExpressOutbox, bind_to_thread, send_express
+from .express import ExpressOutbox, bind_to_thread, running_task_key, send_express
 
 __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
 
@@ -160,15 +160,13 @@ class WorkerService:
 
     def _watch(self) -> None:
         """Start the watcher that reports this worker's death, should a call cause it."""
-        from distributed.worker import thread_state
-
         security = self._security
         # The launch's credentials, as make_security() took them (Security's
         # attributes are made from its keyword arguments).
         credentials = ({"cert": getattr(security, "tls_ca_file", None),
                         "key": getattr(security, "tls_client_key", None)}
                        if security is not None else None)
-        deathwatch.set_key_source(lambda: thread_state.key)
+        deathwatch.set_key_source(running_task_key)
         deathwatch.start_watcher({"address": self.address, "credentials": credentials,
                                   "worker": str(self._worker.address), "who": location(),
                                   "report_timeout": self._report_timeout},

@@ -121,8 +121,8 @@ _real_exit = os._exit
 _OS_MODULE: Any = sys.modules[os.name]
 
 
-#: Gives the Dask key of the task this thread runs (set by ``_dask/worker.py``,
-#: the only code that may ask Dask); the watcher names the group by it.
+#: Gives the Dask key of the task this thread runs, None outside one (set by
+#: ``_dask/worker.py``, the only code that may ask Dask); the watcher names the group by it.
 _current_key: Callable[[], Any] | None = None
 
 
@@ -139,10 +139,12 @@ def running(fn: Any) -> Callable[[int], None]:
     if slot is None or _current_key is None:
         return _no_mark
     try:
-        key = str(_current_key())
+        key = _current_key()
     except Exception:
         return _no_mark
-    return slot.start_group(key, function_name(fn))
+    if key is None:  # not inside a task
+        return _no_mark
+    return slot.start_group(str(key), function_name(fn))
 
 
 def function_name(fn: Any) -> str:
