@@ -15,6 +15,14 @@ below here, so that a target that is out of reach is shown to be, not just said 
   on top of it, and ``import mpi4py.futures`` (when installed).
 * **One round trip.**  ``submit(inc, 1).result()`` on a running executor: the least a
   map pays, whatever its size, with Dask's scheduler in the path.
+* **A lone call through Dask's scheduler, four processes.**  The same loop with Dask
+  alone: a bare ``Scheduler``, two ``Worker`` processes of one thread and a ``Client``,
+  each in its own process and on TLS, as under ``hpcfutures run -n 4``; once with Dask's
+  streams as it ships them (a message waits up to 2-10 ms for others to join it) and
+  once with every stream sending at once.  Beside it, hpcfutures under
+  ``hpcfutures run -n 4`` (``jobs/round_trip_job.py``): a lone call as it goes today
+  (straight to a worker) and with every call through the scheduler.  What Dask's own
+  four messages cost here bounds any route through the scheduler from below.
 
 Run from the repository's root: ``python benchmarks/floors.py`` (``--quick``: fewer
 repetitions, for the test suite; the figures then mean little).  Prints a Markdown table.
@@ -30,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,6 +118,119 @@ def round_trips(ex: concurrent.futures.Executor, n: int) -> list[float]:
     return times
 
 
+def _streams_send_at_once() -> Any:
+    """In this process, Dask's batched streams made from now on send each message at
+    once (the floor's second Dask row): a benchmark's change to the process it runs,
+    never hpcfutures'.  Returns what puts Dask's own back."""
+    import distributed.batched
+
+    made = distributed.batched.BatchedSend.__init__
+
+    def at_once(self: Any, interval: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, 0, *args, **kwargs)
+
+    distributed.batched.BatchedSend.__init__ = at_once  # type: ignore[method-assign]
+    return made
+
+
+def _quiet_dask() -> None:
+    import logging
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
+def _dask_scheduler(addresses: Any, security: Any, at_once: bool) -> None:
+    import asyncio
+
+    from distributed import Scheduler
+
+    _quiet_dask()
+    if at_once:
+        _streams_send_at_once()
+
+    async def serve() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard=False,
+                             security=security, protocol="tls") as scheduler:
+            addresses.put(scheduler.address)
+            await scheduler.finished()
+
+    asyncio.run(serve())
+
+
+def _dask_worker(address: str, security: Any, at_once: bool) -> None:
+    import asyncio
+
+    from distributed import Worker
+
+    _quiet_dask()
+    if at_once:
+        _streams_send_at_once()
+
+    async def serve() -> None:
+        async with Worker(address, nthreads=1, host="127.0.0.1", security=security) as worker:
+            await worker.finished()
+
+    asyncio.run(serve())
+
+
+def dask_round_trips(n: int, at_once: bool) -> list[float]:
+    """``client.submit(inc, i).result()`` with Dask alone: scheduler, two workers and
+    the client in four processes, on TLS (Dask's temporary credentials)."""
+    import multiprocessing
+
+    from distributed import Client
+    from distributed.security import Security
+
+    dasks_own = _streams_send_at_once() if at_once else None
+    spawn = multiprocessing.get_context("spawn")
+    security = Security.temporary()  # type: ignore[no-untyped-call]
+    addresses = spawn.Queue()
+    processes = [spawn.Process(target=_dask_scheduler, args=(addresses, security, at_once),
+                               daemon=True)]
+    processes[0].start()
+    try:
+        address = addresses.get(timeout=60)
+        for _ in range(2):
+            processes.append(spawn.Process(target=_dask_worker,
+                                           args=(address, security, at_once), daemon=True))
+            processes[-1].start()
+        with Client(address, security=security) as client:
+            client.wait_for_workers(2, timeout=60)
+            for i in range(50):
+                client.submit(inc, i, pure=False).result()
+            times = []
+            for i in range(n):
+                started = time.perf_counter()
+                client.submit(inc, i, pure=False).result()
+                times.append(time.perf_counter() - started)
+            return times
+    finally:
+        for process in processes:
+            process.kill()
+            process.join(timeout=10)
+        if dasks_own is not None:
+            import distributed.batched
+
+            distributed.batched.BatchedSend.__init__ = dasks_own  # type: ignore[method-assign]
+
+
+def hpcfutures_round_trips(n: int) -> dict[str, tuple[float, float]]:
+    """``jobs/round_trip_job.py`` under ``hpcfutures run -n 4``: way -> (median, best) ms."""
+    done = subprocess.run([sys.executable, "-m", "hpcfutures", "run", "-n", "4", sys.executable,
+                           str(ROOT / "benchmarks" / "jobs" / "round_trip_job.py"), str(n)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    ways = {}
+    for line in done.stdout.splitlines():
+        if "ROUND-TRIP " in line:
+            way, median, best = line.split("ROUND-TRIP ", 1)[1].split()
+            ways[way] = (float(median), float(best))
+    if len(ways) != 2:
+        raise RuntimeError(f"hpcfutures run -n 4 jobs/round_trip_job.py printed no round "
+                           f"trips (status {done.returncode}):\n{done.stdout}{done.stderr}")
+    return ways
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke test)")
@@ -146,6 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         trips = round_trips(ex, 10 if args.quick else 40)
     rows.append(("one round trip, `submit(inc, i).result()` (best / median)",
                  f"{min(trips) * 1000:.1f} / {statistics.median(trips) * 1000:.1f} ms"))
+    lone = 40 if args.quick else 400
+    for label, at_once in [("as shipped", False), ("every stream sending at once", True)]:
+        trips = dask_round_trips(lone, at_once)
+        rows.append((f"a lone call through Dask's scheduler, Dask alone in 4 processes "
+                     f"(TLS), {label} (best / median)",
+                     f"{min(trips) * 1000:.1f} / {statistics.median(trips) * 1000:.1f} ms"))
+    ways = hpcfutures_round_trips(lone)
+    for way, label in [("scheduler", "through the scheduler"),
+                       ("lane", "straight to a worker (the direct lane)")]:
+        median, best = ways[way]
+        rows.append((f"a lone call under `hpcfutures run -n 4`, {label} (best / median)",
+                     f"{best:.1f} / {median:.1f} ms"))
 
     print("| floor | measured |")
     print("|---|---|")
