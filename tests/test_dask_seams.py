@@ -1392,39 +1392,38 @@ def test_a_lost_scheduler_is_heard_before_dask_tries_to_reconnect():
 
 
 # ------------------------------------------------------------- Dask's default spans
-def test_ended_default_spans_are_forgotten_and_a_late_heartbeat_of_one_is_harmless():
-    """SpansSchedulerExtension.spans/spans_search_by_name/spans_search_by_tag/root_spans,
-    Span.groups and Scheduler.task_groups: each graph sent after the previous one
-    ended gets a new default span, which Dask keeps for ever; the pruner forgets
-    those whose task groups Dask forgot, keeps the newest, and a worker's heartbeat
-    naming a forgotten span is dropped instead of raising."""
-    from hpcfutures._dask.spans import SpanPruner
+def test_the_scheduler_and_workers_keep_no_spans_and_the_rest_of_dasks_extensions():
+    """Scheduler(extensions=...) with distributed.scheduler.DEFAULT_EXTENSIONS less its
+    spans, and Worker(extensions={}): Dask would file each graph sent after the previous
+    one ended under a new default span and keep it for ever (an endless map's memory
+    grows without end).  hpcfutures' scheduler has every other extension of Dask's (work
+    stealing unless the configuration turns it off), keeps no span however many graphs
+    arrive, and its workers report no span metrics."""
+    import dask
+    import distributed.scheduler
+
+    with seam("distributed.scheduler.DEFAULT_EXTENSIONS (name -> extension class)"):
+        dasks = dict(distributed.scheduler.DEFAULT_EXTENSIONS)
+        assert "spans" in dasks and "stealing" in dasks, sorted(dasks)
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        assert "stealing" not in _dask.scheduler.extensions_without_spans()
 
     async def scenario() -> None:
         async with live(workers=1) as cluster:
             scheduler = cluster.scheduler
-            with seam("Scheduler.extensions['spans'] (SpansSchedulerExtension)"):
-                extension = scheduler.extensions["spans"]
-            pruner = SpanPruner(scheduler)
-            forgotten_ids = []
-            for n in range(4):  # each after the previous ended: a new default span each
+            assert set(scheduler.extensions) == set(dasks) - {"spans"}, sorted(
+                scheduler.extensions)
+            for n in range(4):  # each after the previous ended: Dask's new default span
                 future = cluster.client.submit(nap, 0, key=f"span-graph-{n}", pure=False)
                 assert await future.result() == 0
                 del future
                 await cluster.until(lambda n=n: f"span-graph-{n}" not in scheduler.tasks,
                                     "the task forgotten")
-            with seam("SpansSchedulerExtension.spans_search_by_name / Span.groups"):
-                defaults = list(extension.spans_search_by_name[("default",)])
-                assert len(defaults) >= 2, defaults
-                forgotten_ids = [span.id for span in defaults[:-1]]
-                assert pruner.prune() == len(defaults) - 1
-                assert list(extension.spans_search_by_name[("default",)]) == defaults[-1:]
-                assert not set(forgotten_ids) & set(extension.spans)
-                assert all(span.id not in forgotten_ids for span in extension.root_spans)
-            (worker,) = scheduler.workers.values()
-            with seam("SpansSchedulerExtension.heartbeat(ws, {(context, span_id, ...): v})"):
-                extension.heartbeat(worker, {("execute", forgotten_ids[0], "nap", "seconds"): 1.0})
+            (worker,) = cluster.workers
+            assert "spans" not in worker._worker.extensions, sorted(worker._worker.extensions)
+            await worker._worker.heartbeat()  # no span metrics: nothing for a missing extension
             future = cluster.client.submit(nap, 0, key="span-graph-after", pure=False)
             assert await future.result() == 0
+            assert "spans" not in scheduler.extensions
 
     run(scenario())

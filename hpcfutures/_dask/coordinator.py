@@ -37,7 +37,6 @@ from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
 from .express import ExpressRelay
 from .mpigroups import MEMBER_ENDS, RankGroups
-from .spans import SpanPruner
 from .stranded import Stranded
 
 __all__ = ["ClusterSize", "Coordinator"]
@@ -134,8 +133,6 @@ class Coordinator(SchedulerPlugin):
         self.client_seen = asyncio.Event()
         self.done = asyncio.Event()
         self.scheduler: Scheduler | None = None
-        #: Forgets Dask's ended default spans (set once the scheduler starts).
-        self.spans: SpanPruner | None = None
         self.keep_serving = keep_serving
         #: Serving launch: the clients connected now, and since when there are none.
         self.clients: set[str] = set()
@@ -186,7 +183,6 @@ class Coordinator(SchedulerPlugin):
         self.worker_changes.install(scheduler)
         self.stranded.install(scheduler)
         ExpressRelay(scheduler)
-        self.spans = SpanPruner(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 
@@ -246,10 +242,6 @@ class Coordinator(SchedulerPlugin):
         self.worker_changes.left(worker)
         self.groups.worker_gone(worker)
         self.stranded.look_soon()
-
-    def update_graph(self, scheduler: Scheduler, **kwargs: Any) -> None:
-        if self.spans is not None:
-            self.spans.maybe_prune()  # Dask's ended default spans (spans.py)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish in MEMBER_ENDS:  # an MPI task's member may free its group

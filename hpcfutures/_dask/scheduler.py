@@ -56,6 +56,29 @@ async def _offload_unless_small(func: Callable[..., Any], /, *args: Any, **kwarg
     return await _dask_offload(func, *args, **kwargs)
 
 
+def extensions_without_spans() -> dict[str, type]:
+    """Dask's scheduler extensions, less its spans (``Scheduler(extensions=...)``).
+
+    Dask's spans extension files every graph that arrives after the previous work
+    ended under a new default span, and keeps every span, with the task groups it
+    saw, for the life of the scheduler (for the dashboard's history).  An endless map
+    sends dozens of graphs a second, each after a pause: the scheduler's memory would
+    grow by megabytes a minute without end (``benchmarks/memory.py``, endless part).
+    hpcfutures' calls never name a span, and its workers start without the spans
+    extension of their own (``_dask/worker.py``), so none reports span metrics.  As
+    Dask does when given no extensions, work stealing is left out where the
+    configuration turns it off.
+    """
+    import dask
+
+    chosen: dict[str, type] = {name: extension
+              for name, extension in distributed.scheduler.DEFAULT_EXTENSIONS.items()
+              if name != "spans"}
+    if not dask.config.get("distributed.scheduler.work-stealing"):
+        chosen.pop("stealing", None)
+    return chosen
+
+
 def _install_small_graph_offload() -> None:
     """Make ``update_graph``'s ``offload`` skip the thread for a small graph.
 
@@ -225,7 +248,7 @@ class SchedulerService:
             # dashboard line gives the port in use, so Dask's warning is noise.
             warnings.filterwarnings("ignore", message="Port .* is already in use")
             with tuning.stealing_often(self.coordinator.expected_workers):
-                scheduler = _Scheduler(**self._options)
+                scheduler = _Scheduler(**self._options, extensions=extensions_without_spans())
         # No queue on the scheduler: the client's batching engine already sends no more
         # than the workers can take.  Dask's queue also holds the finished results a
         # dead worker took with it, to compute them again, and looks at it only when a

@@ -130,6 +130,9 @@ class WorkerService:
                 # word on a worker that left: a host name, where Dask has only an address.
                 startup_information={HOST_KEY: _hostname},
                 plugins=(ExpressOutbox(),),
+                # Dask's worker extensions are its spans' alone: hpcfutures' scheduler
+                # keeps no spans (scheduler.py, extensions_without_spans).
+                extensions={},
             )
         if slow_scratch:  # told to the scheduler, which folds a node's worth into a line
             said = {"seconds": slow_scratch[0],
