@@ -71,9 +71,9 @@ def extensions_without_spans() -> dict[str, type]:
     """
     import dask
 
-    chosen: dict[str, type] = {name: extension
-              for name, extension in distributed.scheduler.DEFAULT_EXTENSIONS.items()
-              if name != "spans"}
+    chosen: dict[str, type] = {
+        name: extension for name, extension in distributed.scheduler.DEFAULT_EXTENSIONS.items()
+        if name != "spans"}
     if not dask.config.get("distributed.scheduler.work-stealing"):
         chosen.pop("stealing", None)
     return chosen
