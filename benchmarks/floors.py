@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +110,15 @@ def import_cpu_seconds(before: str, module: str) -> float | None:
     return float(done.stdout) if done.returncode == 0 else None
 
 
-def round_trips(ex: concurrent.futures.Executor, n: int) -> list[float]:
-    ex.submit(inc, 0).result()
+def round_trips(submit: Callable[..., Any], n: int, warm: int = 1) -> list[float]:
+    """Seconds of each of ``n`` calls ``submit(inc, i).result()``, one at a time, after
+    ``warm`` untimed ones (an executor's ``submit``, or a Dask client's)."""
+    for i in range(warm):
+        submit(inc, i).result()
     times = []
     for i in range(n):
         started = time.perf_counter()
-        ex.submit(inc, i).result()
+        submit(inc, i).result()
         times.append(time.perf_counter() - started)
     return times
 
@@ -196,14 +201,7 @@ def dask_round_trips(n: int, at_once: bool) -> list[float]:
             processes[-1].start()
         with Client(address, security=security) as client:
             client.wait_for_workers(2, timeout=60)
-            for i in range(50):
-                client.submit(inc, i, pure=False).result()
-            times = []
-            for i in range(n):
-                started = time.perf_counter()
-                client.submit(inc, i, pure=False).result()
-                times.append(time.perf_counter() - started)
-            return times
+            return round_trips(functools.partial(client.submit, pure=False), n, warm=50)
     finally:
         for process in processes:
             process.kill()
@@ -265,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                  else f"{statistics.median(c for c in cpu if c is not None):.3f} CPU-s")
         rows.append((label, shown))
     with hpcfutures.Executor(max_workers=2) as ex:
-        trips = round_trips(ex, 10 if args.quick else 40)
+        trips = round_trips(ex.submit, 10 if args.quick else 40)
     rows.append(("one round trip, `submit(inc, i).result()` (best / median)",
                  f"{min(trips) * 1000:.1f} / {statistics.median(trips) * 1000:.1f} ms"))
     lone = 40 if args.quick else 400

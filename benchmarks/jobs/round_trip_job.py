@@ -4,39 +4,25 @@ Run under a launcher (``hpcfutures run -n 4 python jobs/round_trip_job.py N``): 
 client times ``N`` loops of ``submit(inc, i).result()`` after 50 warm-up calls, first
 as hpcfutures sends a lone call (straight to a worker, its direct lane), then with the
 lane turned off, so that every call goes through the scheduler, and prints one line
-per way: ``ROUND-TRIP <way> <median ms> <best ms>``.
+per way: ``ROUND-TRIP <way> <median ms> <best ms>``.  Needs the repository root on
+``PYTHONPATH`` (for ``benchmarks.floors``, whose ``inc`` the workers import), as
+``floors.py`` sets it.
 """
 
 import statistics
 import sys
-import time
 
 import hpcfutures
-
-
-def inc(x: int) -> int:
-    return x + 1
-
-
-def loop(ex: hpcfutures.Executor, n: int) -> list[float]:
-    for i in range(50):
-        ex.submit(inc, i).result()
-    times = []
-    for i in range(n):
-        started = time.perf_counter()
-        ex.submit(inc, i).result()
-        times.append(time.perf_counter() - started)
-    return times
-
+from benchmarks.floors import round_trips
 
 if __name__ == "__main__":
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 400
     with hpcfutures.Executor() as ex:
-        lane = loop(ex, calls)
+        lane = round_trips(ex.submit, calls, warm=50)
         # Private, and only here: the benchmark's way to send every call through the
         # scheduler, which a launch with the end-of-run summary on does too.
         ex._bridge.direct.enabled = False  # type: ignore[union-attr]
-        scheduler = loop(ex, calls)
+        scheduler = round_trips(ex.submit, calls, warm=50)
         for way, times in (("lane", lane), ("scheduler", scheduler)):
             print(f"ROUND-TRIP {way} {statistics.median(times) * 1e3:.2f} "
                   f"{min(times) * 1e3:.2f}", flush=True)
