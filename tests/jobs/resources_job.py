@@ -13,6 +13,10 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from waiting import wait_until
+
 import hpcfutures
 
 WORKERS, GPU_WORKERS = int(sys.argv[1]), int(sys.argv[2])
@@ -50,7 +54,10 @@ def check(name, ok, detail=""):
 def main():
     ok = True
     with hpcfutures.Executor() as ex:
-        # Plain calls still use every worker.
+        # Plain calls still use every worker.  The executor returns once one has
+        # joined; on a loaded machine the others can join after a short map ran.
+        wait_until(ex.worker_memory_limits, 60, f"all {WORKERS} workers to join",
+                   done=lambda joined: len(joined) >= WORKERS)
         places = set(ex.map(held_for, [HELD] * (8 * WORKERS)))
         workers = {place for place, *_ in places}
         ok &= check("plain calls use every worker", len(workers) == WORKERS, workers)
