@@ -14,6 +14,10 @@ import socket
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from waiting import wait_until
+
 import hpcfutures
 
 
@@ -33,6 +37,9 @@ def main():
                   {"nodes": 1, "tasks_per_node": 2, **({"gpus": gpus} if gpus else {})}]
     with hpcfutures.allocate(workers=components, time="00:05:00", job_dir=sys.argv[1],
                              job_name="hpcf-hetalloc", timeout=90) as ex:
+        # allocate() returns once one worker has joined: wait for all three.
+        wait_until(ex.worker_memory_limits, 60, "all 3 workers to join",
+                   done=lambda joined: len(joined) >= 3)
         ran = set(ex.map(where, [0.3] * 24))
         for line in sorted(ran):
             print("WORKER", *line, flush=True)
