@@ -1,5 +1,6 @@
 """The scheduler file: private, atomic, stamped with the launch, never trusted blindly."""
 
+import asyncio
 import os
 import socket
 import time
@@ -181,3 +182,38 @@ def test_a_look_again_after_a_failed_probe_keeps_the_slow_pace_it_had_reached(
     fresh = exchange(tmp_path)
     with pytest.raises(StopIteration):
         next(fresh._looking(100.0, None))
+
+
+def test_a_probe_tells_a_closed_port_a_silent_program_and_a_scheduler_apart():
+    """What a rank's look-up asks of the address in a scheduler file: nobody listening
+    (a stale file) is a refusal at once, also by a name with several addresses, where
+    Dask's connect would retry until its timeout; a program that takes the connection
+    but speaks no Dask is silence, never a scheduler; a live scheduler answers."""
+    from helpers import closed_port
+
+    from hpcfutures import _dask
+
+    async def scenario():
+        for address in (f"tcp://127.0.0.1:{closed_port()}", f"tcp://localhost:{closed_port()}"):
+            started = time.monotonic()
+            assert await _dask.knock(address, 10) is _dask.Knock.REFUSED, address
+            assert time.monotonic() - started < scaled(1), f"{address}: the refusal was retried"
+        taken = []  # the mute program's connections, closed at the end
+        mute = await asyncio.start_server(lambda _reader, writer: taken.append(writer),
+                                          "127.0.0.1", 0)
+        port = mute.sockets[0].getsockname()[1]
+        try:
+            assert await _dask.knock(f"tcp://127.0.0.1:{port}", 1) is _dask.Knock.SILENT
+        finally:
+            for writer in taken:
+                writer.close()
+            mute.close()
+            await mute.wait_closed()
+        service = await _dask.SchedulerService(host="127.0.0.1", interface=None).start()
+        try:
+            assert await _dask.probe(service.address, 10)
+            assert await _dask.knock(service.address, 10) is _dask.Knock.ANSWERED
+        finally:
+            await service.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

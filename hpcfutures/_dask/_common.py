@@ -126,6 +126,10 @@ class _OneContextPerRole(Security):
         return (_OneContextPerRole, self._credentials)
 
 
+#: The first release of distributed whose scheduler stops bokeh 3.10's server in a
+#: way bokeh accepts (its ``ServerNode._stop_services``).
+DASK_STOPS_BOKEH_310 = (2026, 8)
+
 #: The process's Security for each launch's credentials (a process has one or two).
 _SECURITIES: dict[tuple[str, str], Security] = {}
 
@@ -133,23 +137,23 @@ _SECURITIES: dict[tuple[str, str], Security] = {}
 def dashboard_cannot_stop() -> str:
     """Why this process's Dask could not stop its dashboard's server, or "" if it can.
 
-    bokeh 3.10 refuses a synchronous ``stop()`` inside a running event loop, and a
-    distributed without ``ServerNode._stop_services`` (before 2026.8.0) calls just that
-    when its scheduler closes: the close raises half-way.  Such a scheduler starts
-    without its dashboard, and the client's warning gives this text.
+    bokeh 3.10 refuses a synchronous ``stop()`` inside a running event loop, and
+    distributed before 2026.8.0 calls just that when its scheduler closes: the
+    close raises half-way.  Such a scheduler starts without its dashboard, and
+    the client's warning gives this text.  Decided by the two releases'
+    numbers alone.
     """
     import importlib.metadata
     import importlib.util
 
-    from distributed.node import ServerNode
-
-    if hasattr(ServerNode, "_stop_services") or importlib.util.find_spec("bokeh") is None:
+    if importlib.util.find_spec("bokeh") is None:
         return ""
     try:
-        bokeh = tuple(int(part) for part in importlib.metadata.version("bokeh").split(".")[:2])
+        bokeh, dask = (tuple(int(part) for part in importlib.metadata.version(name).split(".")[:2])
+                       for name in ("bokeh", "distributed"))
     except (importlib.metadata.PackageNotFoundError, ValueError):
         return ""
-    if bokeh < (3, 10):
+    if bokeh < (3, 10) or dask >= DASK_STOPS_BOKEH_310:
         return ""
     import distributed
 

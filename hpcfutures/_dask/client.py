@@ -7,13 +7,13 @@ import contextlib
 import enum
 import errno
 import logging
+import socket
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from distributed import Client, Security
-from distributed.comm import registry
 from distributed.comm.addressing import parse_address, parse_host_port
 from distributed.comm.core import CommClosedError, connect
 from distributed.core import send_recv
@@ -83,28 +83,33 @@ async def probe(address: str, timeout: float, security: Security | None = None) 
 async def knock(address: str, timeout: float, security: Security | None = None) -> Knock:
     """Who answers at ``address``; see :class:`Knock`.
 
-    One connection attempt first: a port where nobody listens refuses it at
-    once, where Dask's ``connect`` would retry it until ``timeout`` (a rank
-    that starts just after the end of a launch would spend that long finding
-    out that the scheduler is gone).  Any other failure is retried, as Dask does.
+    A plain TCP connection first (:func:`listening`): a port where nobody
+    listens refuses it at once, where Dask's ``connect`` would retry it until
+    ``timeout`` (a rank that starts just after the end of a launch would spend
+    that long finding out that the scheduler is gone).  Then Dask's own
+    ``connect``, with the launch's credentials, tells a Dask server from another
+    program on the port; should it fail, a second TCP connection says whether
+    the server has gone meanwhile (refused) or may still answer (silent).
     """
-    args = security.get_connection_args("client") if security is not None else {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    scheme, location = parse_address(address)
-    connector = registry.get_backend(scheme).get_connector()
-    try:
-        comm = await asyncio.wait_for(connector.connect(location, deserialize=False, **args),
-                                      timeout)
-    except (OSError, asyncio.TimeoutError) as err:
-        if _refused(err):
-            return Knock.REFUSED
-        try:
-            comm = await connect(address, timeout=max(deadline - loop.time(), 0.1), **args)
-        except (OSError, asyncio.TimeoutError) as again:
-            return Knock.REFUSED if _refused(again) else Knock.SILENT
+    over_tcp = parse_address(address)[0] in _OVER_TCP
+    if over_tcp and (tcp := await listening(address, timeout)) is not Knock.ANSWERED:
+        return tcp
+    args = security.get_connection_args("client") if security is not None else {}
+    left = max(deadline - loop.time(), 0.1)
+    try:  # Dask's connect bounds the connection, not the handshake after it: this does
+        comm = await asyncio.wait_for(connect(address, timeout=left, **args), left)
+    except (OSError, asyncio.TimeoutError):
+        # The kernel answers a TCP connection at once, however busy the server.
+        gone = over_tcp and await listening(address, 0.5) is Knock.REFUSED
+        return Knock.REFUSED if gone else Knock.SILENT
     await comm.close()
     return Knock.ANSWERED
+
+
+#: The schemes whose addresses a plain TCP connection can try.
+_OVER_TCP = ("tcp", "tls")
 
 
 async def listening(address: str, timeout: float) -> Knock:
@@ -119,25 +124,33 @@ async def listening(address: str, timeout: float) -> Knock:
     """
     _scheme, location = parse_address(address)
     host, port = parse_host_port(location)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     try:
-        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, asyncio.TimeoutError) as err:
-        return Knock.REFUSED if _refused(err) else Knock.SILENT
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return Knock.ANSWERED
+        found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
+                                       timeout)
+    except (OSError, asyncio.TimeoutError):
+        return Knock.SILENT
+    # Each address the name has, in turn: asyncio folds several refusals into one
+    # OSError without an errno, which would read as silence.
+    for *_, place in found:
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(str(place[0]), port), max(deadline - loop.time(), 0.01))
+        except (OSError, asyncio.TimeoutError) as err:
+            if _refused(err):
+                continue
+            return Knock.SILENT
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return Knock.ANSWERED
+    return Knock.REFUSED
 
 
 def _refused(err: BaseException) -> bool:
-    """Whether ``err`` (Dask's CommClosedError, raised from the OS error) says that
-    nobody listens there: refused, or no route to the host."""
-    cause: BaseException | None = err
-    while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in _NOBODY_THERE:
-            return True
-        cause = cause.__cause__
-    return False
+    """Whether ``err`` says that nobody listens there: refused, or no route to the host."""
+    return isinstance(err, OSError) and err.errno in _NOBODY_THERE
 
 
 #: Connection errors that mean nobody can answer at the address.
