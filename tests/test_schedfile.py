@@ -188,31 +188,36 @@ def test_a_probe_tells_a_closed_port_a_silent_program_and_a_scheduler_apart():
     """What a rank's look-up asks of the address in a scheduler file: nobody listening
     (a stale file) is a refusal at once, also by a name with several addresses, where
     Dask's connect would retry until its timeout; a program that takes the connection
-    but speaks no Dask is silence, never a scheduler; a live scheduler answers."""
+    but never completes the launch's TLS handshake is silence, never a scheduler, and so
+    is another launch's scheduler; the launch's scheduler answers."""
     from helpers import closed_port
 
     from hpcfutures import _dask
+    from hpcfutures._support.security import new_credentials
+
+    ours, theirs = (_dask.make_security(new_credentials()) for _ in range(2))
 
     async def scenario():
-        for address in (f"tcp://127.0.0.1:{closed_port()}", f"tcp://localhost:{closed_port()}"):
+        for address in (f"tls://127.0.0.1:{closed_port()}", f"tls://localhost:{closed_port()}"):
             started = time.monotonic()
-            assert await _dask.knock(address, 10) is _dask.Knock.REFUSED, address
+            assert await _dask.knock(address, 10, ours) is _dask.Knock.REFUSED, address
             assert time.monotonic() - started < scaled(1), f"{address}: the refusal was retried"
         taken = []  # the mute program's connections, closed at the end
         mute = await asyncio.start_server(lambda _reader, writer: taken.append(writer),
                                           "127.0.0.1", 0)
         port = mute.sockets[0].getsockname()[1]
         try:
-            assert await _dask.knock(f"tcp://127.0.0.1:{port}", 1) is _dask.Knock.SILENT
+            assert await _dask.knock(f"tls://127.0.0.1:{port}", 1, ours) is _dask.Knock.SILENT
         finally:
             for writer in taken:
                 writer.close()
             mute.close()
             await mute.wait_closed()
-        service = await _dask.SchedulerService(host="127.0.0.1", interface=None).start()
+        service = await _dask.SchedulerService(host="127.0.0.1", interface=None,
+                                               security=ours).start()
         try:
-            assert await _dask.probe(service.address, 10)
-            assert await _dask.knock(service.address, 10) is _dask.Knock.ANSWERED
+            assert await _dask.probe(service.address, 10, ours)
+            assert await _dask.knock(service.address, 2, theirs) is _dask.Knock.SILENT
         finally:
             await service.close()
 

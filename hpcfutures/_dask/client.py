@@ -8,6 +8,7 @@ import enum
 import errno
 import logging
 import socket
+import ssl
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -83,32 +84,31 @@ async def probe(address: str, timeout: float, security: Security | None = None) 
 async def knock(address: str, timeout: float, security: Security | None = None) -> Knock:
     """Who answers at ``address``; see :class:`Knock`.
 
-    A plain TCP connection first (:func:`listening`): a port where nobody
-    listens refuses it at once, where Dask's ``connect`` would retry it until
-    ``timeout`` (a rank that starts just after the end of a launch would spend
-    that long finding out that the scheduler is gone).  Then Dask's own
-    ``connect``, with the launch's credentials, tells a Dask server from another
-    program on the port; should it fail, a second TCP connection says whether
-    the server has gone meanwhile (refused) or may still answer (silent).
+    Over TCP (``tcp://``, ``tls://``) a connection of its own: a port where
+    nobody listens refuses it at once, where Dask's ``connect`` would retry it
+    until ``timeout`` (a rank that starts just after the end of a launch would
+    spend that long finding out that the scheduler is gone); over ``tls://``
+    the TLS handshake with the launch's credentials follows, which only a
+    server holding the launch's certificate completes.  Dask's own handshake
+    is not awaited.  Other failures are tried again until ``timeout``, as Dask
+    does.  Any other scheme: Dask's ``connect``, bounded as a whole.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    over_tcp = parse_address(address)[0] in _OVER_TCP
-    if over_tcp and (tcp := await listening(address, timeout)) is not Knock.ANSWERED:
-        return tcp
+    scheme = parse_address(address)[0]
     args = security.get_connection_args("client") if security is not None else {}
-    left = max(deadline - loop.time(), 0.1)
+    if scheme in _OVER_TCP:
+        context = args.get("ssl_context") if scheme == "tls" else None
+        if scheme == "tls" and context is None:
+            return Knock.SILENT  # no credentials: nothing could complete the handshake
+        return await _connect(address, timeout, context, again=True)
     try:  # Dask's connect bounds the connection, not the handshake after it: this does
-        comm = await asyncio.wait_for(connect(address, timeout=left, **args), left)
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
     except (OSError, asyncio.TimeoutError):
-        # The kernel answers a TCP connection at once, however busy the server.
-        gone = over_tcp and await listening(address, 0.5) is Knock.REFUSED
-        return Knock.REFUSED if gone else Knock.SILENT
+        return Knock.SILENT
     await comm.close()
     return Knock.ANSWERED
 
 
-#: The schemes whose addresses a plain TCP connection can try.
+#: The schemes whose addresses a connection of hpcfutures' own can try.
 _OVER_TCP = ("tcp", "tls")
 
 
@@ -122,30 +122,54 @@ async def listening(address: str, timeout: float) -> Knock:
     it busy with their own checks.  It cannot tell a live scheduler from
     another program on a reused port: :func:`knock` is for that (a probe).
     """
-    _scheme, location = parse_address(address)
-    host, port = parse_host_port(location)
+    return await _connect(address, timeout, None, again=False)
+
+
+async def _connect(address: str, timeout: float, context: ssl.SSLContext | None, *,
+                   again: bool) -> Knock:
+    """One connection to ``address`` (TLS with ``context``), closed at once; with
+    ``again``, failures other than a refusal or the deadline are tried again."""
+    host, port = parse_host_port(parse_address(address)[1])
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    try:
-        found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
-                                       timeout)
-    except (OSError, asyncio.TimeoutError):
-        return Knock.SILENT
-    # Each address the name has, in turn: asyncio folds several refusals into one
-    # OSError without an errno, which would read as silence.
+    pause = 0.05
+    while True:
+        try:
+            return await asyncio.wait_for(_connect_once(host, port, context), timeout)
+        except asyncio.TimeoutError:
+            return Knock.SILENT
+        except OSError as err:
+            if _refused(err):
+                return Knock.REFUSED
+            if not again or loop.time() + pause >= deadline:
+                return Knock.SILENT
+        await asyncio.sleep(pause)
+        pause *= 2
+        timeout = deadline - loop.time()
+
+
+async def _connect_once(host: str, port: int, context: ssl.SSLContext | None) -> Knock:
+    """Connect to each address of ``host`` in turn until one takes the connection
+    (asyncio would fold several refusals into one OSError without an errno)."""
+    loop = asyncio.get_running_loop()
+    found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    refusal: OSError | None = None
     for *_, place in found:
         try:
-            _reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(str(place[0]), port), max(deadline - loop.time(), 0.01))
-        except (OSError, asyncio.TimeoutError) as err:
-            if _refused(err):
-                continue
-            return Knock.SILENT
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+            _reader, writer = await asyncio.open_connection(str(place[0]), port, ssl=context)
+        except OSError as err:
+            if not _refused(err):
+                raise
+            refusal = err
+            continue
+        if context is not None:
+            writer.transport.abort()  # no TLS close handshake, which a busy peer could stall
+        else:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
         return Knock.ANSWERED
-    return Knock.REFUSED
+    raise refusal if refusal is not None else ConnectionRefusedError(errno.ECONNREFUSED, host)
 
 
 def _refused(err: BaseException) -> bool:
