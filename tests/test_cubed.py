@@ -250,7 +250,8 @@ def srun(n, *args, env, timeout=120):
 @pytest.mark.slurm
 @pytest.mark.timeout(180)
 def test_cubed_under_srun(slurm_env, tmp_path):
-    env = {**slurm_env, "HPCFUTURES_MEMORY_LIMIT": "2GiB", "CUBED_JOB_TOO_MUCH": "3000000000"}
+    env = {**slurm_env, "HPCFUTURES_MEMORY_LIMIT": "2GiB", "CUBED_JOB_TOO_MUCH": "3000000000",
+           "CUBED_JOB_WORKERS": "2"}
     job = srun(4, JOBS / "cubed_job.py", tmp_path / "work", env=env)
     assert job.returncode == 0, job
     for line in ("SUM OK", "MEAN OK", "MATMUL OK", "RETRY OK", "STILL USABLE 6",

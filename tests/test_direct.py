@@ -15,7 +15,7 @@ from pathlib import Path
 
 import distributed
 import pytest
-from waiting import wait_until
+from waiting import wait_until, workers_joined
 
 import hpcfutures
 
@@ -61,22 +61,30 @@ def spans(seconds, marker=None):
     return started, time.monotonic()
 
 
-def lane(ex, *short):
-    """The executor's lane, once it knows a worker: the roster is filled right after the
-    start, and a call made before that goes through the scheduler.  The functions
-    ``short`` are taken as measured short (a function's first call goes the usual way,
-    and a long one always does): a test of what happens *while* a direct call runs
-    needs a long one sent this way."""
-    direct = ex._bridge.direct
-    wait_until(lambda: list(ex._bridge.roster.seen), 30, "the executor knowing its workers")
+def ready_lane(ex, *short):
+    """The executor's lane, once both workers of ``Executor(2)`` have joined and the
+    client knows them: the roster is filled right after the start, and a call made
+    before that goes through the scheduler; the tests of a second call running beside
+    a first need the second worker (on a loaded machine it can join seconds after
+    the first).  The functions ``short`` are taken as measured short (a function's
+    first call goes the usual way, and a long one always does): a test of what
+    happens *while* a direct call runs needs a long one sent this way."""
+    workers_joined(ex, 2)
+    wait_until(lambda: len(list(ex._bridge.roster.seen)) >= 2, 30,
+               "the executor knowing its workers")
     for fn in short:
         ex._bridge.batcher.durations.record(fn, 0.0)
-    return direct
+    return lane(ex)
+
+
+def lane(ex):
+    """The executor's lane, for its counts."""
+    return ex._bridge.direct
 
 
 def test_a_lone_call_goes_straight_to_a_worker_and_one_beside_others_through_the_scheduler():
     with hpcfutures.Executor(2) as ex:
-        lane(ex)
+        ready_lane(ex)
         # The first call of inc goes through the scheduler, and measures it ...
         assert ex.submit(inc, 0).result() == 1 and lane(ex).sent == 0
         for i in range(1, 30):  # (its first call's time counts unpickling it, and
@@ -102,7 +110,7 @@ def test_a_long_call_goes_through_the_scheduler_so_the_next_one_runs_beside_it(t
     scheduler's eyes, and the next call placed there would wait for it.  Before, that
     ran an MPI call's ranks after a plain call instead of beside it, one time in a few."""
     with hpcfutures.Executor(2) as ex:
-        lane(ex, inc)
+        ready_lane(ex, inc)
         assert ex.submit(inc, 1).result() == 2 and lane(ex).sent == 1
         for _ in range(3):
             marker = tmp_path / "first-runs"
@@ -121,7 +129,7 @@ def test_calls_submitted_while_a_lone_call_is_out_wait_for_its_answer(tmp_path):
     or, on a worker of one thread, start first and hold the lone call behind a slow
     call of its own (a contract check failed so in CI, on a launch of one worker)."""
     with hpcfutures.Executor(2) as ex:
-        lane(ex, spans, inc)
+        ready_lane(ex, spans, inc)
         marker = tmp_path / "runs"
         first = ex.submit(spans, 1.0, str(marker))
         wait_until(marker.exists, 30, "the lone call running")
@@ -135,7 +143,7 @@ def test_calls_submitted_while_a_lone_call_is_out_wait_for_its_answer(tmp_path):
 
 def test_a_direct_calls_error_is_its_own_with_the_workers_traceback():
     with hpcfutures.Executor(2) as ex:
-        lane(ex, boom)
+        ready_lane(ex, boom)
         error = ex.submit(boom, 3).exception()
         assert lane(ex).sent == 1
     assert type(error) is ValueError and str(error) == "boom 3"
@@ -153,7 +161,7 @@ def test_a_large_result_of_a_direct_call_comes_in_its_answer_never_fetched(monke
     monkeypatch.setattr(distributed.Client, "gather", counted)
     large = b"z" * (4 * 2**20)
     with hpcfutures.Executor(2) as ex:
-        lane(ex, add)
+        ready_lane(ex, add)
         assert ex.submit(add, large, b"!").result() == large + b"!"
         assert lane(ex).sent == 1
     assert gathers == []
@@ -161,7 +169,7 @@ def test_a_large_result_of_a_direct_call_comes_in_its_answer_never_fetched(monke
 
 def test_a_call_on_a_running_direct_call_waits_for_it_and_on_a_failed_one_fails_with_its_error():
     with hpcfutures.Executor(2) as ex:
-        lane(ex, slow_inc, boom)
+        ready_lane(ex, slow_inc, boom)
         first = ex.submit(slow_inc, 1, 0.5)
         wait_until(first.running, 30, "the first call sent")
         dependent = ex.submit(add, first, 10)  # sent while the first still runs
@@ -177,7 +185,7 @@ def test_a_chain_on_a_running_direct_call_waits_link_by_link():
     """A call waiting for a direct call is not sent yet: a call on *it* waits too
     (before, that one failed as if its argument belonged to a stopped executor)."""
     with hpcfutures.Executor(2) as ex:
-        lane(ex, slow_inc)
+        ready_lane(ex, slow_inc)
         first = ex.submit(slow_inc, 1, 1.0)
         wait_until(first.running, 30, "the first call sent")
         chain = [first]
@@ -194,7 +202,7 @@ def test_a_direct_call_that_kills_its_worker_fails_alone_and_the_other_worker_se
     which travels as ``posix._exit``: the worker's watch covers that name too (before,
     such a call killed every worker in turn, each death blamed on no call)."""
     with hpcfutures.Executor(2) as ex:
-        lane(ex, os._exit)
+        ready_lane(ex, os._exit)
         error = ex.submit(os._exit, 3).exception()
         assert lane(ex).sent == 1
         assert isinstance(error, hpcfutures.WorkerCrashError), error
@@ -205,7 +213,7 @@ def test_a_direct_call_that_kills_its_worker_fails_alone_and_the_other_worker_se
 def test_a_direct_call_whose_worker_is_killed_from_outside_runs_again_elsewhere(tmp_path):
     told = tmp_path / "pid"
     with hpcfutures.Executor(2) as ex:
-        lane(ex, pid_then_nap)
+        ready_lane(ex, pid_then_nap)
         future = ex.submit(pid_then_nap, str(told), 2.0)
         victim = int(wait_until(lambda: told.exists() and told.read_text(), 30,
                                 "the call telling its worker's pid"))
@@ -218,7 +226,7 @@ def test_a_direct_call_whose_worker_is_killed_from_outside_runs_again_elsewhere(
 @pytest.mark.parametrize("option", [{"summary": True}, {"release_idle_after": 60}])
 def test_where_the_scheduler_must_see_every_call_none_goes_straight_to_a_worker(option):
     with hpcfutures.Executor(2, **option) as ex:
-        lane(ex, inc)
+        ready_lane(ex, inc)
         assert ex.submit(inc, 1).result() == 2
         assert lane(ex).sent == 0
 

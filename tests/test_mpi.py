@@ -373,8 +373,11 @@ def test_mpi_executor_under_plain_srun_says_to_add_mpi_pmi2(real_slurm):
 def test_mpi_example(real_mpi):
     job = mpiexec(4, ROOT / "examples" / "mpi_montecarlo.py", timeout=75)
     assert job.returncode == 0, job
-    match = re.search(r"pi ~= (\d\.\d+) .* on MPI ranks \[2, 3\]", job.stdout)
+    # The example maps as soon as one worker has joined: on a loaded machine the other
+    # may join after the map, so the ranks are some of the two workers', never others.
+    match = re.search(r"pi ~= (\d\.\d+) .* on MPI ranks \[([\d, ]+)\]", job.stdout)
     assert match and abs(float(match.group(1)) - 3.14159) < 0.01, job
+    assert set(map(int, match.group(2).split(","))) <= {2, 3}, job
     assert job.stdout.count("pi ~=") == 1, "printed by more than one rank"
 
 

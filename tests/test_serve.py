@@ -186,7 +186,7 @@ def test_a_call_that_kills_its_worker_fails_alone_on_a_serving_launch(serving):
     ends with status 0 when stopped."""
     launch = serving(4)
     launch.published()
-    job = client("crash", "quick", "stop", file=launch.file)
+    job = client("crash", "quick", "stop", file=launch.file, env={"CONNECT_WORKERS": "3"})
     assert connect_passed(job), job
     assert "workers 3 -> 2" in job.stdout, job
     assert launch.wait(30) == 0, launch.output()

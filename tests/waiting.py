@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from pace import scaled
 
-__all__ = ["wait_until"]
+__all__ = ["wait_until", "workers_joined"]
 
 T = TypeVar("T")
 
@@ -44,3 +44,15 @@ def wait_until(observe: Callable[[], T], timeout: float, what: str, *,
             raise AssertionError(f"waited {timeout:g} s for {what}, in vain{seen}{extra}")
         time.sleep(min(delay, left))
         delay = min(delay * 2, cap)
+
+
+def workers_joined(ex, count: int, timeout: float = 60) -> dict:
+    """Wait until ``count`` workers have joined the executor ``ex``; return them.
+
+    An executor is handed back once one worker has joined, and on a loaded
+    machine the others can join seconds later: a check that needs every worker
+    (calls spread over all of them, a summary naming each) waits for them first.
+    """
+    return wait_until(ex.worker_memory_limits, timeout, f"{count} workers to join",
+                      done=lambda joined: len(joined) >= count)
+

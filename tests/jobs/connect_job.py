@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from contract import run_all, square
+from waiting import workers_joined
 
 import hpcfutures
 
@@ -75,7 +76,9 @@ def die_on_rank_1(x):
 
 def crash(path, wait):
     with hpcfutures.connect(path, wait=wait) as ex:
-        before = len(ex.worker_memory_limits())
+        # Every worker of the launch first (CONNECT_WORKERS of them): the one that dies
+        # must be there to take a call, and the count after is one fewer than all.
+        before = len(workers_joined(ex, int(os.environ.get("CONNECT_WORKERS", "1"))))
         try:
             list(ex.map(die_on_rank_1, range(60), chunksize=1))
         except hpcfutures.WorkerCrashError as err:

@@ -6,7 +6,8 @@ Only the client runs the checks; each prints one line the test reads:
   (the second computes two arrays at once), compared with NumPy
 * ``CALLBACKS starts=2 ends=2 tasks=N``: Cubed's callbacks fired
 * ``RETRY OK``: every block of a map_blocks failed once and was retried
-* ``MEMORY workers=W limits=L``: what the workers reported
+* ``MEMORY workers=W limits=L``: what the workers reported, once CUBED_JOB_WORKERS
+  (default 1) have joined
 * ``REFUSED ConfigurationError`` if ``CUBED_JOB_TOO_MUCH`` (bytes) is set and
   that allowed_mem is refused before anything runs
 """
@@ -18,10 +19,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import cubed
 import cubed.array_api as xp
 from cubed.runtime.types import Callback
+from waiting import workers_joined
 
 import hpcfutures
 from hpcfutures.cubed import HPCFuturesDagExecutor
@@ -77,7 +80,7 @@ def main():
         ok = np.array_equal(retried, a_np + 1) and attempts == 6
         print("RETRY OK" if ok else f"RETRY WRONG attempts={attempts}")
 
-        memory = ex.worker_memory_limits()
+        memory = workers_joined(ex, int(os.environ.get("CUBED_JOB_WORKERS", "1")))
         limits = sorted({m.limit for m in memory.values()}, key=str)
         print(f"MEMORY workers={len(memory)} limits={limits}")
 

@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from waiting import wait_until
+from waiting import workers_joined
 
 import hpcfutures
 
@@ -38,8 +38,7 @@ def main():
     with hpcfutures.allocate(workers=components, time="00:05:00", job_dir=sys.argv[1],
                              job_name="hpcf-hetalloc", timeout=90) as ex:
         # allocate() returns once one worker has joined: wait for all three.
-        wait_until(ex.worker_memory_limits, 60, "all 3 workers to join",
-                   done=lambda joined: len(joined) >= 3)
+        workers_joined(ex, 3)
         ran = set(ex.map(where, [0.3] * 24))
         for line in sorted(ran):
             print("WORKER", *line, flush=True)

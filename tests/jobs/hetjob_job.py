@@ -13,7 +13,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from waiting import wait_until
+from waiting import workers_joined
 
 import hpcfutures
 
@@ -35,8 +35,7 @@ def main():
     ok = True
     with hpcfutures.Executor() as ex:
         # The executor returns once one worker has joined: wait for every component's.
-        wait_until(ex.worker_memory_limits, 60, f"all {WORKERS} workers to join",
-                   done=lambda joined: len(joined) >= WORKERS)
+        workers_joined(ex, WORKERS)
         everywhere = set(ex.map(where, [0.3] * (6 * WORKERS)))
         workers = {(host, pid) for host, pid, *_ in everywhere}
         ok &= check("plain calls use the workers of every component",

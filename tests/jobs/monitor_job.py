@@ -9,6 +9,9 @@ Modes (only the client runs them; options come from HPCFUTURES_* variables):
               call fails with WorkerCrashError, the others complete on the other
               worker; print ``RESULTS OK``
               and wait (at most 10 s) until the client has noticed the lost rank
+
+Both run under ``hpcfutures run -n 4``, and wait for its two workers first: the
+summary names each, and rank 2 must be there to take a call.
 """
 
 import os
@@ -17,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from waiting import wait_until
+from waiting import wait_until, workers_joined
 
 import hpcfutures
 
@@ -37,6 +40,7 @@ def die_on_rank_2(x):
 
 def main(mode):
     with hpcfutures.Executor() as ex:
+        workers_joined(ex, 2)
         if mode == "watch":
             assert list(ex.map(nap, range(60))) == list(range(60))
             print("MAPPED", flush=True)

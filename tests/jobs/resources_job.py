@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from waiting import wait_until
+from waiting import workers_joined
 
 import hpcfutures
 
@@ -56,8 +56,7 @@ def main():
     with hpcfutures.Executor() as ex:
         # Plain calls still use every worker.  The executor returns once one has
         # joined; on a loaded machine the others can join after a short map ran.
-        wait_until(ex.worker_memory_limits, 60, f"all {WORKERS} workers to join",
-                   done=lambda joined: len(joined) >= WORKERS)
+        workers_joined(ex, WORKERS)
         places = set(ex.map(held_for, [HELD] * (8 * WORKERS)))
         workers = {place for place, *_ in places}
         ok &= check("plain calls use every worker", len(workers) == WORKERS, workers)
