@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    JOBS,
     MARKER_VAR,
     MPI_LOOPBACK,
     ROOT,
@@ -268,6 +269,29 @@ def test_serving_under_mpiexec(serving):
     assert connect_passed(job), job
     assert launch.wait(30) == 0, launch.output()
     assert json.loads(launch.file.read_text())["finished"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_a_worker_rank_that_comes_after_the_stop_leaves_and_mpiexec_returns_0(serving):
+    """A serving launch under mpiexec whose rank 2 joins only after the launch was
+    stopped (held back at its join): it reads the stopped marker in the scheduler file,
+    leaves, the ranks end MPI together and mpiexec returns 0.  Before, the worker took
+    the closed scheduler for a dead one and left through the error, into MPI_Finalize,
+    while the other ranks waited for it to arrive at the end: the launch hung."""
+    require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
+    launch = serving(3, launcher="mpiexec", env={
+        **MPI_LOOPBACK, "HPCFUTURES_DASK_LOG_LEVEL": "INFO",
+        "DASK_DISTRIBUTED__WORKER__PRELOAD": f'["{JOBS / "slow_join.py"}"]',
+        "HPCFUTURES_TEST_SLOW_RANK": "2", "HPCFUTURES_TEST_SLOW_JOIN": f"{scaled(8):g}"})
+    launch.published()
+    launch.joined({1})
+    job = client("quick", "stop", file=launch.file)
+    assert connect_passed(job), job
+    assert launch.wait(scaled(40)) == 0, launch.output()
+    assert not re.search(r"\[rank 2 worker\].*Registered to:", launch.output()), (
+        "rank 2 joined before the stop, so the case was not made:\n" + launch.output())
+    assert "probably died" not in launch.output(), launch.output()
 
 
 # ------------------------------------------------------------ outsiders

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .._errors import ConfigurationError, LaunchFinished
+from .._errors import ConfigurationError, HPCFuturesError, LaunchFinished
 from .._support.config import Settings
 from .._support.limits import raise_open_files_limit
 from .._support.logs import configure_rank_logging, quiet_dask_logging
@@ -55,6 +55,9 @@ class _AlsoToFile(AddressExchange):
     def __init__(self, inner: AddressExchange, public: SchedulerFileExchange) -> None:
         self.inner, self.public = inner, public
         self.description = f"{inner.description}, and {public.description} for clients"
+        # What the launch's own exchange says of its launcher holds for the pair.
+        self.silence_means_finished = inner.silence_means_finished
+        self.direct_to_workers = inner.direct_to_workers
 
     def publish(self, info: SchedulerInfo) -> None:
         self.inner.publish(info)
@@ -72,7 +75,9 @@ class _AlsoToFile(AddressExchange):
         self.inner.finish(info)
 
     def is_finished(self, info: SchedulerInfo) -> bool:
-        return self.inner.is_finished(info)
+        """Over when either says so: the stopped marker the scheduler writes to the
+        file on its way out counts (an MPI broadcast has no way to say it)."""
+        return self.inner.is_finished(info) or self.public.is_finished(info)
 
 
 def serving_plan(settings: Settings, environ: Mapping[str, str]) -> Plan:
@@ -114,18 +119,27 @@ def serve(settings: Settings, *, idle_timeout: float | None = None,
     # Never loopback unless asked: clients come from other hosts (the login node), and
     # must reach the scheduler and, for results, the workers. TLS keeps strangers out.
     host, interface = bind_address(settings, plan.identity, serving=True)
-    if plan.role is Role.WORKER:
-        plan.launcher.before_worker(plan.identity)
-        timeout = plan.launcher.lookup_timeout(plan.identity)
-        try:
-            status = run_until_complete(  # every rank after the scheduler is a worker
-                play_worker(_dask, settings, plan, host, interface, timeout, first_worker=1))
-        except LaunchFinished:
-            status = 0
-        status = 0 if status in _SIGNALLED else status
-    else:
-        plan.launcher.before_scheduler(plan.identity)
-        status = _serving_scheduler_rank(_dask, settings, plan, host, interface, idle_timeout)
+    try:
+        if plan.role is Role.WORKER:
+            plan.launcher.before_worker(plan.identity)
+            timeout = plan.launcher.lookup_timeout(plan.identity)
+            try:
+                status = run_until_complete(  # every rank after the scheduler is a worker
+                    play_worker(_dask, settings, plan, host, interface, timeout, first_worker=1))
+            except LaunchFinished:
+                status = 0
+            status = 0 if status in _SIGNALLED else status
+        else:
+            plan.launcher.before_scheduler(plan.identity)
+            status = _serving_scheduler_rank(_dask, settings, plan, host, interface,
+                                             idle_timeout)
+    except HPCFuturesError as err:
+        # Said here, as ``hpcfutures serve`` says any error, because the launcher's
+        # way out may not return: under MPI this rank must still meet the others at
+        # the end (or abort the job), where leaving through the exception would wait
+        # in MPI_Finalize for ranks that wait for it.
+        print(f"hpcfutures serve: {err}", file=sys.stderr, flush=True)
+        status = 2 if isinstance(err, ValueError) else 1
     plan.launcher.before_exit(plan.identity, status)
     return status
 
