@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import enum
 import errno
+import ipaddress
 import logging
 import socket
 import ssl
@@ -151,12 +152,15 @@ async def _connect(address: str, timeout: float, context: ssl.SSLContext | None,
 async def _connect_once(host: str, port: int, context: ssl.SSLContext | None) -> Knock:
     """Connect to each address of ``host`` in turn until one takes the connection
     (asyncio would fold several refusals into one OSError without an errno)."""
-    loop = asyncio.get_running_loop()
-    found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:
+        places = [str(ipaddress.ip_address(host))]  # the usual case: no look-up to make
+    except ValueError:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        places = [str(place[0]) for *_, place in found]
     refusal: OSError | None = None
-    for *_, place in found:
+    for place in places:
         try:
-            _reader, writer = await asyncio.open_connection(str(place[0]), port, ssl=context)
+            _reader, writer = await asyncio.open_connection(place, port, ssl=context)
         except OSError as err:
             if not _refused(err):
                 raise
