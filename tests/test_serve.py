@@ -278,7 +278,8 @@ def test_a_worker_rank_that_comes_after_the_stop_leaves_and_mpiexec_returns_0(se
     stopped (held back at its join): it reads the stopped marker in the scheduler file,
     leaves, the ranks end MPI together and mpiexec returns 0.  Before, the worker took
     the closed scheduler for a dead one and left through the error, into MPI_Finalize,
-    while the other ranks waited for it to arrive at the end: the launch hung."""
+    while the other ranks waited for it to arrive at the end: the launch stalled for
+    its timeout, and then the others aborted the job with a failure status."""
     require(have_mpi(), "mpiexec with mpi4py (python -m pip install mpi4py mpich)")
     launch = serving(3, launcher="mpiexec", env={
         **MPI_LOOPBACK, "HPCFUTURES_DASK_LOG_LEVEL": "INFO",
