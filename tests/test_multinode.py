@@ -48,13 +48,13 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slurm]
 MN_CONF = "/etc/hpcfutures-slurm-mn/slurm.conf"
 NODES = ("mn1", "mn2", "mn3")
 JOB = str(JOBS / "multinode_job.py")
-#: MPI's own traffic over TCP on eth0: UCX takes shared memory between processes of one
-#: kernel, which would carry MPI between these "nodes" without crossing any network.
-#: MPI between the nodes over TCP on each node's own link, shared memory excluded, UCX's
-#: choice printed.  UCX_NET_DEVICES: with every device (loopback too) a rank's UCX address
-#: is long enough that MPICH 5.0's start-up segments can reach Slurm's pmi2 full-size and
-#: be read malformed ("value not properly terminated"; docs/troubleshooting.rst), which a
-#: longer scheduler-file path in the environment was enough to bring about, every time.
+#: MPI between the nodes over TCP on each node's own link (eth0), UCX's choice printed.
+#: Shared memory is excluded: UCX takes it between processes of one kernel, which would
+#: carry MPI between these "nodes" without crossing any network.  UCX_NET_DEVICES: with
+#: every device (loopback too) a rank's UCX address is long enough that MPICH 5.0's
+#: start-up segments can reach Slurm's pmi2 full-size and be read malformed ("value not
+#: properly terminated"; docs/troubleshooting.rst), which a longer scheduler-file path in
+#: the environment was enough to bring about, every time.
 MPI_OVER_TCP = {"UCX_TLS": "^sm,cma", "UCX_NET_DEVICES": "eth0", "UCX_PROTO_INFO": "y"}
 DASK_FALLBACK_WARNING = "Couldn't detect a suitable IP address"
 

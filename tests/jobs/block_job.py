@@ -4,6 +4,10 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from waiting import workers_joined
+
 import hpcfutures
 
 
@@ -19,10 +23,7 @@ def nap(seconds):
 WORKERS = int(os.environ.get("BLOCK_JOB_WORKERS", "0"))
 
 with hpcfutures.Executor() as ex:
-    deadline = time.monotonic() + 60
-    while len(ex.worker_memory_limits()) < WORKERS:
-        assert time.monotonic() < deadline, "not every worker joined within 60 s"
-        time.sleep(0.05)
+    workers_joined(ex, WORKERS)
     print("READY", flush=True)
     try:
         ex.submit(nap, 300).result()
