@@ -51,7 +51,7 @@ def pytest_report_header(config) -> str:
 #: the laptop executor, the engine with fake clocks).  Whole modules, or single tests.
 TIER_1 = {
     "test_api", "test_batching", "test_bind_address", "test_config", "test_contract_local",
-    "test_dask_seams", "test_direct", "test_express", "test_futures", "test_house",
+    "test_dask_seams", "test_lone_calls", "test_express", "test_futures", "test_house",
     "test_initializer", "test_launcher_env", "test_loop_thread", "test_machinery", "test_roles",
     "test_scale", "test_scale_scheduler", "test_schedfile", "test_security", "test_shipping",
     "test_slurm_env", "test_cli", "test_crashes", "test_draining", "test_journal",

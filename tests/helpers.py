@@ -86,12 +86,12 @@ def engine_stub(**parts: Any) -> SimpleNamespace:
         task.add_done_callback(running.discard)
         return task
 
-    quiet = SimpleNamespace(lost=lambda *_: False, lost_directly=lambda *_: None)
+    quiet = SimpleNamespace(lost=lambda *_: False)
     return SimpleNamespace(**{
         "in_background": in_background, "connection_lost": lambda: None, "wake": lambda: None,
         "break_executor": lambda *_: None, "broken": None, "small": lambda: True,
-        "recovery": quiet, "early_outcomes": {}, "requeue": lambda _item: None,
-        "send_held_now": lambda _future: None, "send_direct": lambda _calls: None, **parts})
+        "recovery": quiet, "early_outcomes": {},
+        "send_held_now": lambda _future: None, **parts})
 
 
 def have_command(name: str) -> bool:

@@ -1314,56 +1314,6 @@ X
     run(scenario())
 
 
-# ------------------------------------------------------------- direct calls
-def where_am_i(value: Any) -> tuple[Any, str, Any, bool]:
-    """In a worker thread: the value, the worker's address, the thread's task key, and
-    whether a small result would be sent ahead (it must not be: it goes in the answer)."""
-    from distributed.worker import get_worker
-
-    from hpcfutures._remote import express
-
-    return value, str(get_worker().address), get_worker().get_current_task(), \
-        express.express(value)
-
-
-class Unpicklable:
-    def __reduce__(self) -> Any:
-        raise TypeError("this object refuses to be pickled")
-
-
-def unpicklable() -> Unpicklable:
-    return Unpicklable()
-
-
-def test_a_direct_call_runs_as_daskss_task_runner_runs_it_and_its_answer_carries_the_outcome():
-    """Worker.handlers, Worker.executors["default"], Worker.execution_state,
-    active_threads(_lock), scheduler_delay and distributed.worker._run_task: the call
-    runs in the worker's thread pool with its key in the thread's state (a death
-    certificate names it) and get_worker() set; nothing is sent ahead."""
-
-    async def scenario() -> None:
-        async with live(workers=1) as cluster:
-            worker = cluster.address_of(cluster.workers[0])
-            calls = _dask.pack_calls([(where_am_i, ({"x": 7},), {})])
-            with seam("Worker.handlers, _run_task, Worker.executors/execution_state"):
-                outcome = await _dask.call_direct(cluster.client, worker, "direct-1", calls)
-            assert outcome.results == [(True, ({"x": 7}, worker, "direct-1", False))]
-            assert not cluster.scheduler.tasks, "the scheduler heard of a direct call"
-            outcome = await _dask.call_direct(cluster.client, worker, "direct-2",
-                                              _dask.pack_calls([(unpicklable, (), {})]))
-            [(ok, error)] = outcome.results  # the call's own error, as from a Dask task
-            assert not ok and "refuses to be pickled" in str(error), error
-            cluster.workers[0]._worker.status = Status.paused
-            with pytest.raises(_dask.DirectRefused):
-                await _dask.call_direct(cluster.client, worker, "direct-3", calls)
-            cluster.workers[0]._worker.status = Status.running
-            cluster.workers[0]._joined = False  # as before its plug-ins ran
-            with pytest.raises(_dask.DirectRefused):
-                await _dask.call_direct(cluster.client, worker, "direct-4", calls)
-
-    run(scenario())
-
-
 def test_a_lost_scheduler_is_heard_before_dask_tries_to_reconnect():
     """Client._reconnect: called when the scheduler's stream drops; hpcfutures hears of
     it at once, not after Dask's reconnection attempts (its whole timeout)."""

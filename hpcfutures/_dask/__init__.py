@@ -55,7 +55,6 @@ from .cluster import (
 )
 from .coordinator import Coordinator
 from .deaths import death_certificate, death_certificates, lost_worker, report_death
-from .direct import DirectLost, DirectRefused, call_direct, pack_calls
 from .express import expect_express_results
 from .initializer import register_initializer
 from .mpigroups import follow_member_losses, release_ranks, reserve_ranks, tell_call_failed
@@ -68,8 +67,6 @@ __all__ = [
     "EXIT_FAILED",
     "Coordinator",
     "DashboardFacts",
-    "DirectLost",
-    "DirectRefused",
     "Knock",
     "SchedulerService",
     "UsageReport",
@@ -79,7 +76,6 @@ __all__ = [
     "WorkerService",
     "WorkerUsage",
     "ask_workers",
-    "call_direct",
     "cluster_size",
     "connect_client",
     "dashboard_facts",
@@ -95,7 +91,6 @@ __all__ = [
     "lost_worker",
     "make_security",
     "on_scheduler_lost",
-    "pack_calls",
     "patient_connects",
     "probe",
     "register_initializer",

@@ -28,7 +28,6 @@ from ._common import (
     VERDICT_OP,
     _hurry,
 )
-from .direct import serve_direct_calls
 from .express import ExpressOutbox, bind_to_thread, running_task_key, send_express
 
 __all__ = ["WorkerService", "declared_resources", "run_worker", "startup_error"]
@@ -139,8 +138,6 @@ class WorkerService:
                     "directory": os.path.dirname(self._worker.local_directory)}
             self._worker.startup_information[SCRATCH_KEY] = lambda worker: said
         self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
-        self._joined = False
-        serve_direct_calls(self._worker, lambda: self._joined)
         self._worker.stream_handlers["close"] = self.close
         self._worker.handlers["close"] = self.close
 
@@ -153,7 +150,6 @@ class WorkerService:
         """Start the worker and register with the scheduler (raises if that fails)."""
         self._refuse_a_limit_it_already_crosses()
         await self._worker
-        self._joined = True  # registered, and the plug-ins it was handed have run
         _hurry(self._worker.batched_stream)
         express.set_sender(send_express, bind_to_thread)
         # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.

@@ -6,8 +6,7 @@ Data flow (client process)::
     ───────────                        ──────────────────────────────
     submit() ─┬ plain call: held ───> _flush(): the batching engine cuts groups
               │   (SubmitStream)         (batching.py) off every stream: bundles
-              │                          (bundles.py; a lone one may go straight
-              │                          to a worker: direct.py), map chunks
+              │                          (bundles.py), map chunks
     map() ────┼ items: a stream          (mapping.py)
               │   (MapRun)            │
               └ call with futures ──> │ then sends the queue: one graph per
@@ -18,19 +17,17 @@ Data flow (client process)::
                                       │  larger ones fetched in batches
     TaskFuture.result() <── settle ───┘
 
-The bridge is the engine: it owns the parts that move calls (``batcher``,
-``submits``, ``sender``, ``completions``, ``recovery``, ``direct``,
-``mpi_calls``), each built with the engine itself and reaching the others
-through it (``engine.sender.resend``, ``engine.break_executor``...), never
-through callbacks wired here (what each asks of the engine: ``core/engine.py``,
-which mypy holds this class to); and it keeps what they share: the futures still
-outstanding, whether the executor is broken, and the cluster as the client sees
-it.  Dask tells the client how many workers and threads there are as they join
-and leave (``cluster_changed``); the batching engine sizes its groups by the
-threads.  The watchdog (``watch_workers``) breaks the executor when calls wait
-and no worker is left, at once when the scheduler says none can come, else
-after the launch's timeout, so that work submitted after the last worker died
-does not wait forever.
+The bridge is the engine: it owns the parts that move calls (``batcher``, ``submits``,
+``sender``, ``completions``, ``recovery``, ``mpi_calls``), each built with the engine
+itself and reaching the others through it (``engine.sender.resend``,
+``engine.break_executor``...), never through callbacks wired here (what each asks of the
+engine: ``core/engine.py``, which mypy holds this class to); and it keeps what they
+share: the futures still outstanding, whether the executor is broken, and the cluster as
+the client sees it. Dask tells the client how many workers and threads there are as they
+join and leave (``cluster_changed``); the batching engine sizes its groups by the
+threads. The watchdog (``watch_workers``) breaks the executor when calls wait and no
+worker is left, at once when the scheduler says none can come, else after the launch's
+timeout, so that work submitted after the last worker died does not wait forever.
 """
 
 from __future__ import annotations
@@ -52,7 +49,6 @@ from .core.batching import Batcher, small_launch
 from .core.bundles import SubmitStream
 from .core.capacity import WorkerMemory, ask_worker_memory
 from .core.completions import Completions
-from .core.direct import DirectLane
 from .core.futures import TaskFuture, settle
 from .core.recovery import Recovery
 from .core.roster import WorkerRoster
@@ -102,8 +98,6 @@ class TaskBridge:
         self.sender = Sender(client, self)
         #: Decides what becomes of the calls of a task lost with its worker (recovery.py).
         self.recovery = Recovery(client, self)
-        #: Lone calls straight to a worker (the client side enables it): direct.py.
-        self.direct = DirectLane(client, self)
         #: The plain submits, held and bundled (bundles.py).
         self.submits = SubmitStream(self)
         #: MPI tasks, with ranks reserved for each group (mpicalls.py).
@@ -261,12 +255,9 @@ class TaskBridge:
 
     @loop_thread_only
     def _flush(self) -> None:
-        """Send the groups the engine cuts now, then every queued task; nothing while
-        a lone call is out straight to a worker (direct.py: its answer wakes this)."""
+        """Send the groups the engine cuts now, then every queued task."""
         with self._lock:
             self._flush_scheduled = False
-        if self.direct.asking():
-            return
         for stream, calls in self.batcher.plan():
             stream.dispatch(calls)
         with self._lock:
@@ -331,18 +322,6 @@ class TaskBridge:
     def send_held_now(self, future: TaskFuture) -> None:
         """Send a call still held for bundling at once, alone: it became an argument."""
         self.submits.send_now(future)
-
-    def send_direct(self, calls: list) -> TaskFuture | None:
-        """A lone call straight to a worker if nothing else is in flight (direct.py)."""
-        if len(self._outstanding) != 1 or self._queue or self._closing or self._broken:
-            return None
-        return self.sender.launch_direct(calls, self.direct)
-
-    def requeue(self, item: tuple) -> None:
-        """Queue a call again for :meth:`_flush` (its argument is settled now)."""
-        with self._lock:
-            self._queue.append(item)
-        self.wake()
 
     def connection_lost(self) -> None:
         """The scheduler is gone: every outstanding call fails (unless closing)."""
@@ -409,7 +388,6 @@ class TaskBridge:
         """
         for address in left:
             self._client.rpc.remove(address, reason=f"worker {address} left the cluster")
-            self.direct.avoid(address)
         if left and not self._closing:
             # Named now, not at watch_workers' next look: the calls it held may be done
             # again elsewhere, and the launch end, before that.

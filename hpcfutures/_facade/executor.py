@@ -129,10 +129,6 @@ class Executor(MapMethods, cf.Executor):
     """
 
     _launcher_name: ClassVar[str | None] = None
-    #: Whether a lone call may go straight to a worker when nothing else is in flight
-    #: (``core/direct.py``); this executor's own settings say whether workers may
-    #: retire while idle, where the scheduler would not see such a call.
-    _direct_calls: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -177,9 +173,6 @@ class Executor(MapMethods, cf.Executor):
         self._session = self._new_session(settings)
         bridge = self._session.start(TaskBridge)
         self._bridge: TaskBridge | None = bridge if isinstance(bridge, TaskBridge) else None
-        if self._bridge is not None:  # not where the scheduler must see every call
-            self._bridge.direct.enabled = (self._direct_calls and not settings.summary
-                                           and settings.release_idle_after is None)
         #: Drains before the allocation's end; requeues the job after it if asked.
         self._drain = None if self._bridge is None else Drain(self._bridge, settings).begin()
         #: Ends the launch: on shutdown, when this executor is lost, or at interpreter exit.

@@ -25,7 +25,7 @@ import cloudpickle
 from .._errors import SerializationError
 from .carried import Carried, uncarried
 from .deathwatch import finished, running
-from .express import express, held_back, stream_end, stream_start
+from .express import express, stream_end, stream_start
 from .initializer import refuse_if_failed
 from .shipping import unship
 from .tracebacks import _annotate, location, restore_traceback, set_location
@@ -43,7 +43,6 @@ __all__ = [
     "run_bundle",
     "run_chunk",
     "run_chunk_task",
-    "run_direct",
     "run_task",
     "set_location",
 ]
@@ -368,13 +367,6 @@ def run_bundle(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried,
         finished()
         _group_ended()
     return _sent_ahead(BundleOutcome(results, seconds, idle))
-
-
-def run_direct(calls: list[tuple[Callable[..., Any], tuple, dict]] | Carried) -> BundleOutcome:
-    """A bundle sent straight to this worker (``_dask/direct.py``): its outcome goes
-    back in the answer, so nothing is sent ahead through the scheduler."""
-    with held_back():
-        return run_bundle(calls)
 
 
 #: Per worker thread: when its latest group ended (``perf_counter``).

@@ -18,7 +18,6 @@ may touch Dask); without a sender (outside a worker, in tests) nothing is sent.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import pickle
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["EXPRESS_BYTES", "GIVE_BACK_AFTER", "STREAM_AFTER", "Early", "express", "held_back",
+__all__ = ["EXPRESS_BYTES", "GIVE_BACK_AFTER", "STREAM_AFTER", "Early", "express",
            "set_sender", "small_pickle", "stream_end", "stream_start"]
 
 #: The largest pickled result that travels with its task's end.  A map chunk's
@@ -50,8 +49,6 @@ STREAM_AFTER = 0.05
 _send: Callable[[bytes], None] | None = None
 #: For a worker thread: its task's key, sending, telling the scheduler (``set_sender``).
 _bind: Callable[[], Any] | None = None
-#: Per thread: whether its task's outcome goes back in an answer instead (direct calls).
-_answered = threading.local()
 
 
 def set_sender(send: Callable[[bytes], None] | None, bind: Callable[[], Any] | None = None) -> None:
@@ -307,17 +304,6 @@ def stream_end() -> None:
         slot.outcomes = slot.claim = None
 
 
-@contextlib.contextmanager
-def held_back() -> Iterator[None]:
-    """Send nothing ahead from this thread meanwhile: the task's outcome goes back
-    to its client in the answer to its request (``_dask/direct.py``)."""
-    _answered.on = True
-    try:
-        yield
-    finally:
-        _answered.on = False
-
-
 def express(value: Any) -> bool:
     """Send ``value`` to the client now if it is small; whether it was sent.
 
@@ -325,7 +311,7 @@ def express(value: Any) -> bool:
     value that cannot be pickled raises, as Dask's own pickling would later.
     """
     send = _send
-    if send is None or getattr(_answered, "on", False):
+    if send is None:
         return False
     payload = small_pickle(value)
     if payload is None:

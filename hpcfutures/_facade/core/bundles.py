@@ -35,10 +35,8 @@ class SubmitStream(Stream):
     Args:
         engine: The engine (the bridge) it is part of: its ``batcher`` cuts bundles
             off this stream; its ``sender`` sends a bundle (``launch_internal``) or
-            one call (``launch_alone``); ``send_direct`` sends a bundle of one call
-            straight to a worker, if it may go that way (``direct.py``); its
-            ``early_outcomes`` take a running bundle's first outcomes; ``wake`` asks
-            it to plan again (a bundle came back).
+            one call (``launch_alone``); its ``early_outcomes`` take a running
+            bundle's first outcomes; ``wake`` asks it to plan again (a bundle came back).
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -93,11 +91,9 @@ class SubmitStream(Stream):
     def dispatch(self, calls: list) -> None:
         """Send one bundle; if it cannot be pickled as a whole, each call alone."""
         group = [(fn, args, kwargs) for _, fn, args, kwargs in calls]
-        bundle = self._engine.send_direct(group) if len(group) == 1 else None
-        if bundle is None:
-            bundle = self._engine.sender.launch_internal(
-                run_bundle, (group,), getattr(calls[0][1], "__name__", "task"),
-                calls=len(calls), expect=self._expected(group))
+        bundle = self._engine.sender.launch_internal(
+            run_bundle, (group,), getattr(calls[0][1], "__name__", "task"),
+            calls=len(calls), expect=self._expected(group))
         if bundle is None:
             for future, fn, args, kwargs in calls:
                 self._engine.sender.launch_alone(future, fn, args, kwargs)

@@ -2,17 +2,14 @@
 
 The bridge (``_facade/bridge.py``) is the engine: it owns the parts that move a
 call (``batcher``, ``submits``, ``sender``, ``completions``, ``recovery``,
-``direct``, ``mpi_calls``) and builds each with itself.  A part reaches the
+``mpi_calls``) and builds each with itself.  A part reaches the
 others only through the engine it was built with, never through a callback
 handed to it, so what each part needs of the rest is written here, once::
 
     submits ──► sender ─────────► completions ──► settle(future)
-       │          ▲                    │
-       │          │ resend             │ a task lost with its worker
-       │          └───── recovery ◄────┘ (or break_executor: none left)
-       │                    ▲
-       └─► send_direct ─► direct: a lone call; lost with its worker, it is
-                          judged as above; one it cannot take goes by resend
+                  ▲                    │
+                  │ resend             │ a task lost with its worker
+                  └───── recovery ◄────┘ (or break_executor: none left)
 
 Everything here runs on the loop thread.
 """
@@ -53,8 +50,6 @@ class Recovers(Protocol):
     """The engine's recovery (recovery.py): what becomes of a group lost with its worker."""
 
     def lost(self, dask_future: Any, future: TaskFuture, exception: BaseException) -> bool: ...
-
-    def lost_directly(self, future: TaskFuture, key: str, worker: str) -> None: ...
 
 
 class Engine(Protocol):
@@ -103,9 +98,3 @@ class Engine(Protocol):
 
     def send_held_now(self, future: TaskFuture) -> None:
         """Send a call still held for bundling at once: it became an argument."""
-
-    def send_direct(self, calls: list) -> TaskFuture | None:
-        """A bundle of one call straight to a worker, if it may go that way (direct.py)."""
-
-    def requeue(self, item: tuple) -> None:
-        """Queue a call again: the argument it waited for is settled."""

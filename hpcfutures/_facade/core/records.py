@@ -18,12 +18,10 @@ that say where it is::
                 └──► SENT      drop_task(); lost_again() counts a loss the death
                                certificate does not blame on it (recovery.py)
 
-A call that waits for a lone call sent straight to a worker is ``park()``-ed on
-that call's group until it is sent (sending.py).  Groups keep what a group
-needs: ``members`` (a bundle's futures, their picks made again if it is sent
-again) and ``places`` (a chunk's positions in its map, for errors), both set by
-``group_sent()`` with ``sent_at`` (for pacing.py), and cut by ``gave_back()``
-when its worker gives calls back.
+Groups keep what a group needs: ``members`` (a bundle's futures, their picks
+made again if it is sent again) and ``places`` (a chunk's positions in its map,
+for errors), both set by ``group_sent()`` with ``sent_at`` (for pacing.py), and
+cut by ``gave_back()`` when its worker gives calls back.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ __all__ = ["Call"]
 class Call:
     """Where one future's call is, and how to send it again (loop thread)."""
 
-    __slots__ = ("bundle", "dask", "held", "losses", "members", "parked", "places", "recipe",
-                 "sent_at")
+    __slots__ = ("bundle", "dask", "held", "losses", "members", "places", "recipe", "sent_at")
 
     def __init__(self) -> None:
         #: HELD: its ``(future, fn, args, kwargs)`` while it waits to be bundled.
@@ -63,8 +60,6 @@ class Call:
         self.places: Sequence[int] | None = None
         #: When a group's task was sent (``time.monotonic``), for pacing.py.
         self.sent_at: float | None = None
-        #: The lone call sent straight to a worker that it waits for (sending.py).
-        self.parked: Any = None
 
     # ------------------------------------------------------------------ HELD
     def hold(self, call: tuple) -> None:
@@ -79,9 +74,8 @@ class Call:
 
     # ------------------------------------------------------------------ SENT
     def sending(self, recipe: tuple) -> None:
-        """About to be sent as ``recipe`` says (kept to send it again); parked no more."""
+        """About to be sent as ``recipe`` says (kept to send it again)."""
         self.recipe = recipe
-        self.parked = None
 
     def sent(self, dask_future: Any, recipe: tuple | None = None) -> None:
         """SENT: ``dask_future`` computes its value (its own task, a group's task, or a
@@ -102,10 +96,6 @@ class Call:
             self.members = members
         if places is not None:
             self.places = places
-
-    def park(self, group: Any) -> None:
-        """Waits for ``group``, a lone call sent straight to a worker, to be settled."""
-        self.parked = group
 
     def gave_back(self, rest: int) -> None:
         """Its worker gave back the group's calls from ``rest`` on: the group keeps

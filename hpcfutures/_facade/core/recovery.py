@@ -115,14 +115,6 @@ class Recovery:
             return
         await self._judge(future, recipe, key, worker)
 
-    @loop_thread_only
-    def lost_directly(self, future: TaskFuture, key: str, worker: str) -> None:
-        """``future``'s group, sent straight to ``worker`` under ``key`` (direct.py),
-        was lost with it: judged as any task lost with its worker."""
-        if future.done() or future._call.recipe is None:
-            return
-        self._engine.in_background(self._judge(future, future._call.recipe, key, worker))
-
     async def _judge(self, future: TaskFuture, recipe: tuple, key: str, worker: str) -> None:
         """Blame the call the certificate names, or send the group again."""
         answer = await self._answer(worker)

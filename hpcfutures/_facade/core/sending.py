@@ -32,7 +32,6 @@ from ..._remote.shipping import ShippedFunction
 from ..._reports.summary import CALLS_ANNOTATION
 from ..._support.loop import loop_thread_only
 from .arguments import swap_futures
-from .direct import DirectLane
 from .engine import Engine
 from .futures import TaskFuture, settle
 from .tasks import needs_of
@@ -47,23 +46,6 @@ class _NotSentYet(Exception):
     """A future used as an argument is still waiting in the submission queue."""
 
 
-class _AfterDirect(Exception):
-    """A future used as an argument is a call sent straight to a worker (direct.py),
-    still running: Dask has no future of it to wait on, so its dependent waits here."""
-
-    def __init__(self, group: TaskFuture) -> None:
-        super().__init__()
-        self.group = group
-
-
-class _ArgumentFailed(Exception):
-    """A future used as an argument failed: its dependent fails with its error."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__()
-        self.error = error
-
-
 class Sender:
     """Names tasks, swaps dependencies for Dask futures and sends them (loop thread).
 
@@ -72,8 +54,7 @@ class Sender:
         engine: The engine (the bridge) it is part of: its completions settle a
             future when its task ends (``completions.follow``); it sends a call still
             held for bundling at once (``send_held_now``: it became an argument),
-            queues an item of :meth:`send_queued` again (``requeue``: its argument is
-            now settled), and says whether the launch is ``small``
+            and says whether the launch is ``small``
             (``batching.small_launch``).
     """
 
@@ -121,9 +102,6 @@ class Sender:
                     groups = {}
                     resolved = self._resolve_or_settle(future, runner, fn, args, kwargs,
                                                        last_try=True)
-                if isinstance(resolved, _AfterDirect):
-                    self._after(resolved.group, (future, runner, fn, args, kwargs, depends))
-                    continue
                 if resolved is None:
                     continue
                 args, kwargs = resolved
@@ -135,18 +113,6 @@ class Sender:
             groups.setdefault((runner, calls, needs_of(fn)), []).append(
                 (future, fn, args, kwargs, self._key(name)))
         self._send_groups(groups)
-
-    def _after(self, group: TaskFuture, item: tuple) -> None:
-        """Queue ``item`` again once ``group`` (a direct call it depends on) is settled.
-
-        Its own dependents, sent meanwhile, wait for ``group`` too: they are queued
-        again after it (done callbacks run in the order they were added), so it is
-        sent before them."""
-        def requeue(_done: cf.Future) -> None:
-            self._engine.requeue(item)
-
-        item[0]._call.park(group)
-        group.add_done_callback(requeue)
 
     def _send_groups(self, groups: dict[tuple, list]) -> None:
         for (runner, calls, needs), group in groups.items():
@@ -212,16 +178,6 @@ class Sender:
         self._engine.completions.follow(dask_future, internal)
         return internal
 
-    @loop_thread_only
-    def launch_direct(self, calls: list, lane: DirectLane) -> TaskFuture | None:
-        """Send a bundle of one call straight to a worker (direct.py); None if it
-        must go the usual way (its function states needs: the scheduler places it; or
-        is not known to be short: see direct.py)."""
-        fn = calls[0][0]
-        if _resources_of(fn) is not None or not lane.takes(fn):
-            return None
-        return lane.launch(self._shipped_calls(calls))
-
     def _shipped_calls(self, calls: list) -> list:
         """A bundle's ``(fn, args, kwargs)`` calls with each function shipped once.  The
         list travels in one :class:`Carried` box (one object for the bundle: a box per
@@ -280,11 +236,6 @@ class Sender:
             # For a chunk, args == (chunk,): a list of argument tuples.
             boxed = swap_futures(args, slot), swap_futures(kwargs, slot)
             return carried(*boxed, dependencies)
-        except _AfterDirect as waiting:
-            return waiting
-        except _ArgumentFailed as failed:
-            settle(future, exception=failed.error)
-            return None
         except _NotSentYet:
             if not last_try:
                 return _NotSentYet
@@ -305,18 +256,10 @@ class Sender:
             return call.dask
         if future.cancelled():
             raise cf.CancelledError("a future passed as an argument was cancelled")
-        if call.parked is not None and not future.done():
-            raise _AfterDirect(call.parked)  # it waits for a direct call: so does this
         if call.bundle is None and not future.done():
             self._engine.send_held_now(future)
         if call.bundle is not None:
             bundle, index = call.bundle
-            if bundle._call.dask is None:  # sent straight to a worker (direct.py)
-                if not future.done():
-                    raise _AfterDirect(bundle)
-                if future.exception() is not None:
-                    raise _ArgumentFailed(future.exception())  # type: ignore[arg-type]
-                return future.result()  # the value travels with its dependent
             with self._counted(0):  # picks a value, runs no call
                 call.sent(self._client.submit(pick, bundle._call.dask, index,
                                               key=self._key("pick"), pure=False))

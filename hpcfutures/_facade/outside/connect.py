@@ -53,10 +53,6 @@ class ConnectedExecutor(Executor):
     path it connected through.
     """
 
-    #: The serving launch's settings (its workers may retire while idle) are not the
-    #: client's to know, and it may sit across SSH: every call goes through the scheduler.
-    _direct_calls = False
-
     def __init__(
         self,
         scheduler_file: str | os.PathLike[str],
