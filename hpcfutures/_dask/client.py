@@ -239,10 +239,9 @@ def on_scheduler_lost(client: Client, lost: Callable[[], None]) -> None:
     drops, before Dask tries to reconnect (for as long as its timeout).
 
     Dask then cancels only the futures it holds.  A call without one (held for a
-    bundle, sent straight to a worker by ``direct.py``) or one submitted while Dask
-    reconnects (its message waits for a connection that never comes) hears of the
-    loss only here.  Dask's ``Client._reconnect`` is private:
-    ``tests/test_dask_seams.py`` pins it.
+    bundle) or one submitted while Dask reconnects (its message waits for a
+    connection that never comes) hears of the loss only here.  Dask's
+    ``Client._reconnect`` is private: ``tests/test_dask_seams.py`` pins it.
     """
     reconnect = client._reconnect
 
