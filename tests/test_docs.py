@@ -189,6 +189,30 @@ def test_the_architecture_page_names_every_module_of_the_package():
         assert f"{folder.name}/" in readme, f"README's layout does not show {folder.name}/"
 
 
+def test_the_seam_registry_counts_its_rows_and_names_tests_that_exist():
+    """The registry of Dask seams ("Where hpcfutures touches Dask's internals") says how
+    many rows it has, of which class, and names the test that pins each: the count must be
+    the table's, and every test it names (in the table and the paragraphs after it) must
+    exist, so that a seam's test cannot be renamed or removed and leave its row pointing
+    nowhere."""
+    page = (ROOT / "docs" / "architecture.rst").read_text()
+    section = page.split("Where hpcfutures touches Dask's internals", 1)[1]
+    table, after = section.split("The table has ", 1)
+    rows = table.split("\n   * - ")[2:]  # the first row is the header
+    classes = [row.split("\n     - ", 2)[1].strip() for row in rows]
+    said = re.match(r"(\d+) rows: (\d+) correctness, (\d+) scale and (\d+) latency seams", after)
+    assert said, after[:200]
+    assert [int(n) for n in said.groups()] == [
+        len(rows), classes.count("correctness"), classes.count("scale"),
+        classes.count("latency")], classes
+    named = set(re.findall(r"``(test_\w+)``", table + after.split("\n\n\n", 1)[0]))
+    defined = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        defined |= set(re.findall(r"^def (test_\w+)", path.read_text(), re.MULTILINE))
+    assert named, "the registry names no test"
+    assert not named - defined, f"the registry names tests that do not exist: {named - defined}"
+
+
 # ------------------------------------------------------------ names of modules
 PACKAGE = ROOT / "hpcfutures"
 DOTTED = re.compile(r"(?<![\w./-])hpcfutures(?:\.[A-Za-z_]\w*)+")
