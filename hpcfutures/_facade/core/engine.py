@@ -23,7 +23,6 @@ from typing import Any, Protocol
 from ..._remote.express import Early
 from .batching import Batcher
 from .futures import TaskFuture
-from .roster import WorkerRoster
 
 __all__ = ["Engine"]
 
@@ -58,10 +57,6 @@ class Engine(Protocol):
     @property
     def batcher(self) -> Batcher:
         """Sizes every group of calls, for all streams (batching.py)."""
-
-    @property
-    def roster(self) -> WorkerRoster:
-        """The workers seen, by address (roster.py)."""
 
     @property
     def sender(self) -> Sends: ...
