@@ -23,6 +23,7 @@ import contextlib
 import math
 import os
 import re
+import ssl
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ from distributed.core import Status
 from distributed.scheduler import KilledWorker
 from pace import scaled
 
+import hpcfutures
 from hpcfutures import _dask
 from hpcfutures._dask._common import (
     CLOSE_TIMEOUT,
@@ -245,6 +247,26 @@ def test_the_coordinators_handlers_and_hooks_carry_the_verdict_to_the_workers():
             await cluster.until(lambda: all(w.verdict == 0 for w in cluster.workers),
                                 "every worker receiving the verdict (Scheduler.stream_comms "
                                 "-> Worker.stream_handlers['hpcfutures-verdict'])")
+
+    run(scenario())
+
+
+def test_a_serving_launch_stops_on_its_schedulers_stop_handler():
+    """Scheduler.handlers["hpcfutures_stop"] (_dask/coordinator.py), asked by
+    request_stop over Dask's comm (_dask/client.py): a serving launch's scheduler
+    accepts the request and ends the launch with status 0."""
+    from hpcfutures._dask.client import request_stop
+
+    async def scenario() -> None:
+        service = await _dask.SchedulerService(host="127.0.0.1", interface=None,
+                                               keep_serving=True).start()
+        try:
+            with seam('Scheduler.handlers["hpcfutures_stop"], send_recv'):
+                assert await request_stop(service.address, 5, reason="the test is done")
+            status = await asyncio.wait_for(service.coordinator.until_stopped(), 5)
+            assert status == 0, status
+        finally:
+            await service.close()
 
     run(scenario())
 
@@ -663,6 +685,63 @@ def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeyp
             assert memory_now[cluster.address_of(limited)].usable == 2**30
             assert memory_now[cluster.address_of(plain)].host_share > 0
             assert await _dask.released_workers(cluster.client) == set()
+
+    run(scenario())
+
+
+def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_host():
+    """distributed.worker_memory.parse_memory_limit and distributed.system.MEMORY_LIMIT
+    (declared_resources in _dask/worker.py): the memory a worker declares for calls that
+    state needs is the limit Dask parses from any of its spellings (bytes, a size, a
+    fraction of the host), the same number the worker's memory manager enforces, and
+    without a limit the worker's share of the host's memory."""
+    from distributed.system import MEMORY_LIMIT
+
+    from hpcfutures._support.needs import CORES, MEMORY
+
+    with seam("distributed.worker_memory.parse_memory_limit, distributed.system.MEMORY_LIMIT"):
+        in_bytes = _dask.declared_resources(2, 2**30, 0)
+        as_size = _dask.declared_resources(2, "1GiB", 0)
+        as_fraction = _dask.declared_resources(1, 0.5, 0)
+        shared = _dask.declared_resources(1, None, 0, workers_on_host=4)
+    assert in_bytes[MEMORY] == as_size[MEMORY] == 2**30 and in_bytes[CORES] == 2.0
+    assert as_fraction[MEMORY] == pytest.approx(MEMORY_LIMIT / 2, rel=0.01)
+    assert shared[MEMORY] == MEMORY_LIMIT // 4
+
+    async def scenario() -> None:
+        async with live(workers=0) as cluster:
+            worker = await cluster.add_worker("rank-2", memory_limit="1GiB")
+            with seam("Worker.memory_manager.memory_limit"):
+                assert worker._worker.memory_manager.memory_limit == as_size[MEMORY]
+
+    run(scenario())
+
+
+def test_a_call_whose_needs_no_worker_meets_is_failed_through_dasks_transitions():
+    """Scheduler.transition(key, "erred", ...) and Scheduler.transitions on a task of
+    Scheduler.unrunnable (_dask/stranded.py): once no worker can come, a call whose
+    needs no worker present meets fails on the client with NoSuitableWorkerError, naming
+    what it asked for; a call that a worker present can run is left alone."""
+    from hpcfutures._dask.stranded import Stranded
+    from hpcfutures._support.needs import GPUS
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            client = cluster.client
+            stranded = client.submit(nap, 0.0, resources={GPUS: 1}, pure=False)
+            runnable = client.submit(nap, 0.0, pure=False)
+            assert await runnable == 0.0
+            await cluster.until(lambda: len(cluster.scheduler.unrunnable) == 1,
+                                "the call asking for a GPU unrunnable")
+            watch = Stranded(lambda: True)
+            watch.install(cluster.scheduler)
+            with seam("Scheduler.unrunnable, Scheduler.transition(..., 'erred', exception=, "
+                      "cause=), Scheduler.transitions"):
+                failed = watch.fail_stranded()
+            assert failed == [stranded.key], failed
+            error = await stranded.exception()
+            assert isinstance(error, hpcfutures.NoSuitableWorkerError), error
+            assert "no worker left in this launch has that much" in str(error), error
 
     run(scenario())
 
@@ -1310,6 +1389,99 @@ X
                       "TaskState.who_wants"):
                 assert await future.result() == {"x": 7}
             assert arrived == [("ahead-1", {"x": 7}, "pending", "memory")], arrived
+
+    run(scenario())
+
+
+def test_a_launchs_security_builds_each_roles_tls_context_once_and_dask_uses_it():
+    """Security.get_connection_args and get_listen_args, overridden by _OneContextPerRole
+    (_dask/_common.py): Dask still asks them by role for keyword arguments that hold an
+    SSLContext; the override hands out one context per role and direction, built once;
+    and a TLS scheduler, a worker and a client started with it work together."""
+    from hpcfutures._support.security import new_credentials
+
+    security = _dask.make_security(new_credentials())
+    assert security is not None
+    with seam("Security.get_connection_args and get_listen_args"):
+        client_args = security.get_connection_args("client")
+        listen_args = security.get_listen_args("scheduler")
+    for args in (client_args, listen_args):
+        assert isinstance(args["ssl_context"], ssl.SSLContext), args
+        assert args["require_encryption"] is True, args
+    assert security.get_connection_args("client")["ssl_context"] is client_args["ssl_context"]
+    assert security.get_listen_args("scheduler")["ssl_context"] is listen_args["ssl_context"]
+    assert security.get_connection_args("worker")["ssl_context"] is not client_args["ssl_context"]
+
+    async def scenario() -> None:
+        service = await _dask.SchedulerService(host="127.0.0.1", interface=None,
+                                               security=security).start()
+        worker = None
+        try:
+            assert service.address.startswith("tls://"), service.address
+            client = await _dask.connect_client(service.address, 10, security=security)
+            try:
+                worker = _dask.WorkerService(service.address, name="rank-2", nthreads=1,
+                                             memory_limit=None, host="127.0.0.1",
+                                             interface=None, timeout=10, security=security)
+                await worker.join()
+                assert await client.submit(nap, 0.0, pure=False) == 0.0
+            finally:
+                await _dask.finish_client(client, 0, timeout=2)
+        finally:
+            await service.close()
+            if worker is not None:
+                await worker.close()
+
+    run(scenario())
+
+
+def boom(_: Any = None) -> None:
+    raise ValueError("boom, on purpose")
+
+
+def test_dasks_reports_that_repeat_an_error_are_worded_as_hpcfutures_drops_them(monkeypatch,
+                                                                               caplog):
+    """Messages of Dask's loggers dropped by their text (_support/logs.py) and the
+    client's "Sending large graph" warning (_dask/client.py): Dask still words them as
+    hpcfutures matches them.  A task that raises makes its worker log what the error
+    the client gets already says; a large argument makes the client warn; hpcfutures
+    drops the one and ignores the other."""
+    import logging
+    import warnings
+
+    from hpcfutures._support import logs
+
+    quiet_dask_logging({})
+    worker_log = logging.getLogger("distributed.worker")
+    dropped = [f for f in worker_log.filters if isinstance(f, logs._DropDuplicateReport)]
+    assert dropped, "quiet_dask_logging put no filter on distributed.worker"
+    for each in dropped:  # to see what Dask logs before hpcfutures drops it
+        monkeypatch.setattr(worker_log, "filters", [f for f in worker_log.filters
+                                                    if f is not each])
+
+    async def scenario() -> None:
+        async with live(workers=1) as cluster:
+            with caplog.at_level(logging.WARNING, logger="distributed.worker"):
+                error = await cluster.client.submit(boom, pure=False).exception()
+                assert isinstance(error, ValueError), error
+                await cluster.until(lambda: any(r.name == "distributed.worker"
+                                                for r in caplog.records),
+                                    "the worker reporting the failed task")
+            reports = [r.getMessage() for r in caplog.records if r.name == "distributed.worker"]
+            assert any(logs._DUPLICATES["distributed.worker"].search(text)
+                       for text in reports), reports
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                large = b"x" * (11 * 2**20)  # above Dask's 10 MB threshold
+                assert await cluster.client.submit(len, large, pure=False) == len(large)
+            said = [w for w in caught if "Sending large graph" in str(w.message)]
+            assert said and said[0].category is UserWarning, [str(w.message) for w in caught]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                warnings.filterwarnings("ignore", message="Sending large graph",
+                                        category=UserWarning, module="distributed.client")
+                assert await cluster.client.submit(len, large, pure=False) == len(large)
+            assert not [w for w in caught if "Sending large graph" in str(w.message)]
 
     run(scenario())
 

@@ -92,9 +92,10 @@ def nap(seconds):
 
 
 def worker_count(ex) -> int:
-    """Asked of the scheduler now (Dask's client.scheduler_info() is a copy that its
-    periodic refresh may bring back a moment stale: 1 worker, then 2, in CI)."""
-    return ex._bridge.workers_now(10)
+    """Asked of the scheduler now, through the public API (Dask's
+    client.scheduler_info() is a copy that its periodic refresh may bring back a
+    moment stale: 1 worker, then 2, in CI)."""
+    return len(ex.worker_memory_limits())
 
 
 @pytest.mark.timeout(60)
