@@ -174,3 +174,37 @@ def test_calls_submitted_from_many_threads_at_once_all_come_back():
         for thread in threads:
             thread.join(60)
     assert results == {i: i + 1 for k in range(4) for i in range(k * 100, k * 100 + 50)}
+
+
+def test_a_call_on_a_call_whose_bundles_task_is_gone_gets_its_value_or_its_error():
+    """When sending a bundle again failed, nothing on the cluster holds its calls' values:
+    a call that takes one of them as an argument carries the value itself, or fails
+    with the argument's own error (unit: the sender, with a stand-in Dask client)."""
+    from types import SimpleNamespace
+
+    from helpers import engine_stub
+
+    from hpcfutures._facade.core.futures import TaskFuture, settle
+    from hpcfutures._facade.core.sending import Sender
+    from hpcfutures._remote.calls import run_task
+
+    sent = []
+
+    class Client:
+        def map(self, runner, *columns, key, pure):
+            sent.extend(zip(*columns, strict=True))
+            return [object() for _ in key]
+
+    sender = Sender(Client(), engine_stub(completions=SimpleNamespace(follow=lambda *_: None)))
+    bundle = TaskFuture()  # its task is gone: no Dask future
+    good, bad = TaskFuture(), TaskFuture()
+    good._call.in_bundle(bundle, 0)
+    bad._call.in_bundle(bundle, 1)
+    settle(good, result=41)
+    settle(bad, exception=ValueError("boom 1"))
+    on_good, on_bad = TaskFuture(), TaskFuture()
+    sender.send_queued([(on_good, run_task, add, (good, 1), {}, True),
+                        (on_bad, run_task, add, (bad, 1), {}, True)])
+    [(_fn, (box, *dependencies), _kwargs)] = sent  # the call on the failed one: not sent
+    assert box.args == (41, 1) and dependencies == [], (box, dependencies)
+    assert type(on_bad.exception(0)) is ValueError and str(on_bad.exception(0)) == "boom 1"

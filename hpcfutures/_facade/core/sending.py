@@ -46,6 +46,24 @@ class _NotSentYet(Exception):
     """A future used as an argument is still waiting in the submission queue."""
 
 
+class _Value:
+    """A done argument's value that no task on the cluster holds: it travels in the
+    box of the call that takes it, as the call's other arguments do."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _ArgumentFailed(Exception):
+    """A future used as an argument failed: its dependent fails with its error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
 class Sender:
     """Names tasks, swaps dependencies for Dask futures and sends them (loop thread).
 
@@ -224,18 +242,25 @@ class Sender:
                            fn: Callable[..., Any], args: tuple, kwargs: dict,
                            last_try: bool = False) -> Any:
         """(args, kwargs) as Dask is given them (:func:`carried`: a box with a slot for
-        each dependency, the dependencies' Dask futures beside it); ``_NotSentYet``; or
-        None once ``future`` failed because a dependency cannot be had."""
+        each dependency, the dependencies' Dask futures beside it, and in place the
+        value of a done argument that no task holds); ``_NotSentYet``; or None once
+        ``future`` failed because a dependency cannot be had."""
         dependencies: list = []
 
-        def slot(future: cf.Future) -> Slot:
-            dependencies.append(self._dask_handle(future))
+        def slot(future: cf.Future) -> Any:
+            handle = self._dask_handle(future)
+            if isinstance(handle, _Value):
+                return handle.value
+            dependencies.append(handle)
             return Slot(len(dependencies) - 1)
 
         try:
             # For a chunk, args == (chunk,): a list of argument tuples.
             boxed = swap_futures(args, slot), swap_futures(kwargs, slot)
             return carried(*boxed, dependencies)
+        except _ArgumentFailed as failed:
+            settle(future, exception=failed.error)
+            return None
         except _NotSentYet:
             if not last_try:
                 return _NotSentYet
@@ -248,7 +273,8 @@ class Sender:
             return None
 
     def _dask_handle(self, future: cf.Future) -> Any:
-        """The Dask future standing for ``future``'s result, made on demand."""
+        """The Dask future standing for ``future``'s result, made on demand; for a
+        done call that no task on the cluster holds, its value (:class:`_Value`)."""
         if not isinstance(future, TaskFuture):
             return future  # another executor's, inside a map item: fails as unpicklable
         call = future._call
@@ -260,12 +286,18 @@ class Sender:
             self._engine.send_held_now(future)
         if call.bundle is not None:
             bundle, index = call.bundle
+            if bundle._call.dask is None and future.done():
+                # Its bundle's task is gone for good (sending it again failed): nothing
+                # on the cluster holds the value, which travels with its dependent.
+                if future.exception() is not None:
+                    raise _ArgumentFailed(future.exception())  # type: ignore[arg-type]
+                return _Value(future.result())
             with self._counted(0):  # picks a value, runs no call
                 call.sent(self._client.submit(pick, bundle._call.dask, index,
                                               key=self._key("pick"), pure=False))
             return call.dask
         if future.done():
-            return future.result()  # failed before it was sent: raises its error
+            return _Value(future.result())  # failed before it was sent: raises its error
         raise _NotSentYet
 
 
