@@ -689,7 +689,8 @@ def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeyp
     run(scenario())
 
 
-def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_host():
+def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_host(
+        monkeypatch):
     """distributed.worker_memory.parse_memory_limit and distributed.system.MEMORY_LIMIT
     (declared_resources in _dask/worker.py): the memory a worker declares for calls that
     state needs is the limit Dask parses from any of its spellings (bytes, a size, a
@@ -697,7 +698,12 @@ def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_
     without a limit the worker's share of the host's memory."""
     from distributed.system import MEMORY_LIMIT
 
+    from hpcfutures._remote import memory
     from hpcfutures._support.needs import CORES, MEMORY
+
+    enforced: list[int | None] = []
+    # The worker runs in this test's process: its limit must not become the process's.
+    monkeypatch.setattr(memory, "enforce", enforced.append)
 
     with seam("distributed.worker_memory.parse_memory_limit, distributed.system.MEMORY_LIMIT"):
         in_bytes = _dask.declared_resources(2, 2**30, 0)
@@ -713,6 +719,7 @@ def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_
             worker = await cluster.add_worker("rank-2", memory_limit="1GiB")
             with seam("Worker.memory_manager.memory_limit"):
                 assert worker._worker.memory_manager.memory_limit == as_size[MEMORY]
+            assert enforced == [as_size[MEMORY]], enforced
 
     run(scenario())
 
