@@ -297,7 +297,9 @@ class Sender:
                                               key=self._key("pick"), pure=False))
             return call.dask
         if future.done():
-            return _Value(future.result())  # failed before it was sent: raises its error
+            # Done with no task of its own: cut loose from a lost one (its value), or
+            # failed before it was sent (raises its error).
+            return _Value(future.result())
         raise _NotSentYet
 
 
