@@ -666,7 +666,7 @@ def test_the_client_learns_workers_threads_and_memory_from_the_scheduler(monkeyp
             limited = await cluster.add_worker("rank-3", threads=2, memory_limit=2**30)
             await cluster.client.wait_for_workers(2, timeout=10)
             assert enforced == [None, 2**30], (
-                "WorkerService.join read no limit from Dask's Worker.memory_manager.memory_limit")
+                "the worker enforced no limit, or another than Dask parsed from its own")
             with seam("the scheduler's identity RPC: workers[addr]{name, nthreads, "
                       "memory_limit}"):
                 facts = await _dask.worker_facts(cluster.client)
@@ -694,8 +694,8 @@ def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_
     """distributed.worker_memory.parse_memory_limit and distributed.system.MEMORY_LIMIT
     (declared_resources in _dask/worker.py): the memory a worker declares for calls that
     state needs is the limit Dask parses from any of its spellings (bytes, a size, a
-    fraction of the host), the same number the worker's memory manager enforces, and
-    without a limit the worker's share of the host's memory."""
+    fraction of the host), the same number the worker's memory manager holds (and the
+    kernel enforces), and without a limit the worker's share of the host's memory."""
     from distributed.system import MEMORY_LIMIT
 
     from hpcfutures._remote import memory
@@ -717,7 +717,7 @@ def test_a_workers_declared_memory_is_the_limit_dask_parses_or_its_share_of_the_
     async def scenario() -> None:
         async with live(workers=0) as cluster:
             worker = await cluster.add_worker("rank-2", memory_limit="1GiB")
-            with seam("Worker.memory_manager.memory_limit"):
+            with seam("hpcfutures' parse of the limit is the one Dask's worker made"):
                 assert worker._worker.memory_manager.memory_limit == as_size[MEMORY]
             assert enforced == [as_size[MEMORY]], enforced
 
@@ -907,8 +907,10 @@ def test_the_initializer_plugin_runs_before_a_workers_first_call_also_when_it_jo
 
 # ------------------------------------------------------------------ memory
 def test_a_memory_limit_the_worker_already_fills_is_refused_before_it_joins():
-    """Worker.memory_manager.memory_limit / memory_pause_fraction and
-    Worker.monitor.get_process_memory(): what Dask's pause decision reads."""
+    """The limit as Dask parses it (parse_memory_limit), with Dask's pause fraction
+    (``distributed.worker.memory.pause``) and the process's resident memory: what
+    Dask's pause decision reads, read the same ways by hpcfutures before the worker
+    joins."""
     from hpcfutures import ConfigurationError
 
     async def scenario() -> None:
@@ -916,8 +918,7 @@ def test_a_memory_limit_the_worker_already_fills_is_refused_before_it_joins():
             small = _dask.WorkerService(cluster.service.address, name="rank-2", nthreads=1,
                                         memory_limit="50MiB", host="127.0.0.1",
                                         interface=None, timeout=10)
-            with seam("WorkerMemoryManager.memory_limit/memory_pause_fraction, "
-                      "SystemMonitor.get_process_memory"), \
+            with seam("distributed.worker_memory.parse_memory_limit"), \
                     pytest.raises(ConfigurationError, match=r"memory_limit=50\.0 MiB is too "
                                                             r"small for a worker"):
                 await small.join()
@@ -1371,12 +1372,12 @@ def sent_ahead(value: Any) -> Any:
 
 
 def test_a_small_result_reaches_the_client_before_its_tasks_end():
-    """WorkerPlugin.transition (the worker's outbox) and Worker.batched_send, the
-X
-    Scheduler.client_comms, and the client's _stream_handlers: the payload arrives
-    while the client still sees the task pending, so no fetch from the worker is
-    needed, and after the scheduler has handled the task's end, so the client's next
-    call finds the worker free."""
+    """The express rides Dask's public event channel: WorkerPlugin.transition (the
+    worker's outbox) and Worker.log_event, the scheduler's events to the topic's
+    subscribers, Client.subscribe_topic. What hpcfutures relies on beyond the
+    documented calls is their order: the payload arrives while the client still sees
+    the task pending, so no fetch from the worker is needed, and after the scheduler
+    has handled the task's end, so the client's next call finds the worker free."""
     import pickle
 
     async def scenario() -> None:
@@ -1388,14 +1389,17 @@ X
                 on_scheduler = cluster.scheduler.tasks[key].state
                 arrived.append((key, pickle.loads(payload), futures[key].status, on_scheduler))
 
-            with seam("Client._stream_handlers (the client's report stream)"):
-                _dask.expect_express_results(cluster.client, received)
-            future = cluster.client.submit(sent_ahead, {"x": 7}, key="ahead-1", pure=False)
+            _dask.expect_express_results(cluster.client, "hpcf-0123abcd-", received)
+            # Dask's subscription is a message on the client's stream: seen by the
+            # scheduler before the task it sends next.
+            future = cluster.client.submit(sent_ahead, {"x": 7}, key="hpcf-0123abcd-ahead-1",
+                                           pure=False)
             futures[future.key] = future
-            with seam("Worker.batched_send, Scheduler.stream_handlers/client_comms, "
-                      "TaskState.who_wants"):
+            with seam("the order of Worker.log_event and task-finished, and of the "
+                      "scheduler's event and key-in-memory"):
                 assert await future.result() == {"x": 7}
-            assert arrived == [("ahead-1", {"x": 7}, "pending", "memory")], arrived
+            assert arrived == [("hpcf-0123abcd-ahead-1", {"x": 7}, "pending", "memory")], \
+                arrived
 
     run(scenario())
 

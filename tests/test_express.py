@@ -13,7 +13,7 @@ from helpers import engine_stub
 from pace import scaled
 
 import hpcfutures
-from hpcfutures._dask.express import EXPRESS_OP, ExpressRelay
+from hpcfutures._dask.express import express_topic
 from hpcfutures._remote.express import EXPRESS_BYTES, small_pickle
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,37 +35,12 @@ def test_a_value_that_cannot_be_pickled_raises():
         small_pickle(threading.Lock())
 
 
-class _Stream:
-    def __init__(self) -> None:
-        self.sent: list[dict] = []
-
-    def send(self, message: dict) -> None:
-        self.sent.append(message)
-
-
-class _Scheduler:
-    def __init__(self) -> None:
-        self.tasks: dict = {}
-        self.client_comms = {"alice": _Stream(), "bob": _Stream()}
-        self.stream_handlers: dict = {}
-
-
-class _Named:
-    def __init__(self, **attributes) -> None:
-        self.__dict__.update(attributes)
-
-
-def test_the_scheduler_passes_a_small_result_only_to_the_clients_that_want_it():
-    scheduler = _Scheduler()
-    ExpressRelay(scheduler)
-    relay = scheduler.stream_handlers[EXPRESS_OP]
-    scheduler.tasks["k"] = _Named(who_wants={_Named(client_key="bob")}, state="memory")
-    scheduler.tasks["released"] = _Named(who_wants=set(), state="released")
-    relay(key="k", payload=b"p", worker="w")
-    relay(key="released", payload=b"q", worker="w")
-    relay(key="unknown", payload=b"r", worker="w")
-    assert scheduler.client_comms["alice"].sent == []
-    assert scheduler.client_comms["bob"].sent == [{"op": EXPRESS_OP, "key": "k", "payload": b"p"}]
+def test_a_small_result_goes_to_the_topic_of_the_client_that_named_its_task():
+    assert express_topic("hpcf-0123abcd-f-7") == "hpcfutures-express-0123abcd"
+    assert express_topic("hpcf-0123abcd-bundle-1") == express_topic("hpcf-0123abcd-x")
+    assert express_topic("hpcf-fedcba98-f-7") != express_topic("hpcf-0123abcd-f-7")
+    for foreign in ("inc-0123abcd", ("hpcf-0123abcd-f", 0), "hpcf-"):
+        assert express_topic(foreign) is None  # a task of Dask's own: fetched as Dask does
 
 
 class _Finishing:

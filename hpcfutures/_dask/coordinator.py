@@ -35,7 +35,6 @@ from ._common import (
 )
 from .cluster import WorkerChanges
 from .deaths import AWAIT_DEATH_OP, Deaths
-from .express import ExpressRelay
 from .mpigroups import MEMBER_ENDS, RankGroups
 from .stranded import Stranded
 
@@ -182,7 +181,6 @@ class Coordinator(SchedulerPlugin):
         self.groups.install(scheduler)
         self.worker_changes.install(scheduler)
         self.stranded.install(scheduler)
-        ExpressRelay(scheduler)
         if self.keep_serving:
             scheduler.handlers["hpcfutures_stop"] = self._stop
 

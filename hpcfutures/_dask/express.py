@@ -1,16 +1,21 @@
 """Small results ride with their task's end (see ``_remote/express.py``).
 
-Worker -> scheduler -> client, each time on the stream that then carries the
-task's end.  The task's thread leaves its result in the worker's outbox
-(:class:`ExpressOutbox`, a worker plug-in) just before it returns; the worker
-queues it as the task ends, in one batch with Dask's "task-finished".  The
-scheduler passes it on to the clients that want the key: it handles a batch's
-messages one after the other without yielding, so the result leaves in the same
-batch as the "key-in-memory" that the task's end brings, and a client never holds
-a result before the scheduler has seen its worker free (a call it sends at once is
-never placed behind a busy worker's call for want of that news).  The outcomes a
-group sends while it runs travel the same way, at once.  The scheduler never
-unpickles a result, and keeps none.
+Worker -> scheduler -> client, on Dask's public event channel: the worker logs
+the result as an event (``Worker.log_event``) on the topic of the client that
+sent the task, and the scheduler hands every event of a topic to the clients
+subscribed to it (``Client.subscribe_topic``), before anything else that comes
+after it on the worker's stream.  The task's thread leaves its result in the
+worker's outbox (:class:`ExpressOutbox`, a worker plug-in) just before it
+returns; the worker logs it as the task ends, in one batch with Dask's
+"task-finished".  The scheduler handles a batch's messages one after the other
+without yielding, so the result leaves in the same batch as the "key-in-memory"
+that the task's end brings, and a client never holds a result before the
+scheduler has seen its worker free (a call it sends at once is never placed
+behind a busy worker's call for want of that news).  The outcomes a group sends
+while it runs travel the same way, at once.  The scheduler never unpickles a
+result; Dask keeps the last events of each topic
+(``distributed.admin.low-level-log-length``, 1,000 by default, each at most
+``EXPRESS_BYTES``).
 """
 
 from __future__ import annotations
@@ -18,14 +23,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from distributed import Client, Scheduler, Worker
+from distributed import Client, Worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
-__all__ = ["EXPRESS_OP", "ExpressOutbox", "ExpressRelay", "bind_to_thread",
-           "expect_express_results", "running_task_key", "send_express"]
+__all__ = ["ExpressOutbox", "bind_to_thread", "expect_express_results", "express_topic",
+           "running_task_key", "send_express"]
 
-#: A small result, on the worker's stream and then on the client's.
-EXPRESS_OP = "hpcfutures-express"
+#: The events that carry small results start so; the rest names the client's keys.
+TOPIC_PREFIX = "hpcfutures-express-"
+
+
+def express_topic(key: Any) -> str | None:
+    """The event topic of the client that named ``key``: its keys start with
+    ``hpcf-<8 hex digits>-`` (``_facade/core/sending.py``); None for another key."""
+    if isinstance(key, str) and key.startswith("hpcf-") and len(key) > 14:
+        return TOPIC_PREFIX + key[5:13]
+    return None
+
+
+def _log(worker: Worker, key: Any, payload: bytes) -> None:
+    topic = express_topic(key)
+    if topic is not None:  # else the client fetches the result as Dask does
+        worker.log_event(topic, [key, payload])
 
 
 def running_task_key() -> Any:
@@ -78,7 +97,7 @@ class ExpressOutbox(WorkerPlugin):
             return
         payload = self.outcomes.pop(key, None)
         if payload is not None and finish == "memory" and self._worker is not None:
-            self._worker.batched_send({"op": EXPRESS_OP, "key": key, "payload": payload})
+            _log(self._worker, key, payload)
 
 
 #: The longest heartbeat period (ms) at which a worker tells the scheduler early of a
@@ -107,8 +126,7 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
             return None
 
     def send(key: Any, payload: bytes) -> None:
-        worker.loop.add_callback(worker.batched_send,
-                                 {"op": EXPRESS_OP, "key": key, "payload": payload})
+        _log(worker, key, payload)  # Dask's log_event is safe from any thread
 
     def nudge() -> None:
         # Only where Dask's own heartbeats come every second or more often (up to 50
@@ -119,29 +137,16 @@ def bind_to_thread() -> tuple[Callable[[], Any], Callable[[Any, bytes], None],
     return task_key, send, nudge
 
 
-class ExpressRelay:
-    """Lets a scheduler pass the small results from workers on to the clients that
-    want them."""
+def expect_express_results(client: Client, key_prefix: str,
+                           received: Callable[[Any, bytes], None]) -> None:
+    """Call ``received(key, payload)`` on the client's loop for each small result of
+    a task whose key starts with ``key_prefix`` (the client's own)."""
+    topic = express_topic(key_prefix + "x")
+    if topic is None:
+        raise ValueError(f"{key_prefix!r} is not a prefix of hpcfutures' task keys")
 
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-        scheduler.stream_handlers[EXPRESS_OP] = self._relay
-
-    def _relay(self, key: Any = None, payload: bytes = b"", worker: str = "") -> None:
-        task = self._scheduler.tasks.get(key)
-        if task is None or not task.who_wants:  # released meanwhile: nobody waits
-            return
-        message = {"op": EXPRESS_OP, "key": key, "payload": payload}
-        for client in task.who_wants:
-            stream = self._scheduler.client_comms.get(client.client_key)
-            if stream is not None:
-                stream.send(message)
-
-
-def expect_express_results(client: Client, received: Callable[[Any, bytes], None]) -> None:
-    """Call ``received(key, payload)`` on the client's loop for each small result."""
-
-    def handle(key: Any = None, payload: bytes = b"") -> None:
+    def handle(event: tuple[float, list[Any]]) -> None:
+        key, payload = event[1]
         received(key, payload)
 
-    client._stream_handlers[EXPRESS_OP] = handle
+    client.subscribe_topic(topic, handle)

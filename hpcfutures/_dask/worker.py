@@ -110,19 +110,23 @@ class WorkerService:
         self.verdict: int | None = None
         self._closed = asyncio.Event()
         tuning.apply()
+        #: The memory limit in bytes as Dask parses it ("4GiB", "auto", a fraction),
+        #: or None for none.
+        self.memory_limit = parse_memory_limit(memory_limit, nthreads)
         with _slow_scratch_said_once() as slow_scratch:
             self._worker: Worker = _Worker(
                 address,
                 name=name,
                 nthreads=nthreads,
-                memory_limit=memory_limit or 0,
+                memory_limit=self.memory_limit or 0,
                 host=host,
                 interface=interface,
                 dashboard=False,
                 death_timeout=timeout,
                 security=security,
                 protocol="tls" if security is not None else None,
-                resources={**declared_resources(nthreads, memory_limit, gpus, workers_on_host),
+                resources={**declared_resources(nthreads, self.memory_limit, gpus,
+                                                workers_on_host),
                            **(resources or {})},
                 validate=False,
                 # The scheduler lists it with the worker (its identity), for the client's
@@ -152,8 +156,7 @@ class WorkerService:
         await self._worker
         _hurry(self._worker.batched_stream)
         express.set_sender(send_express, bind_to_thread)
-        # Dask has parsed the limit ("4GiB", "auto", a fraction) into bytes.
-        memory.enforce(self._worker.memory_manager.memory_limit)
+        memory.enforce(self.memory_limit)
         if self._watched:
             self._watch()
 
@@ -179,11 +182,14 @@ class WorkerService:
         there would run no task, ever, and the client would wait for it forever
         (about 60 MiB of a worker's own; a limit of 100 MiB works).
         """
-        manager = self._worker.memory_manager
-        limit, pause = manager.memory_limit, manager.memory_pause_fraction
+        import dask.config
+        import psutil
+
+        limit = self.memory_limit
+        pause = dask.config.get("distributed.worker.memory.pause")  # as Dask reads it
         if not limit or pause is False:
             return
-        in_use = self._worker.monitor.get_process_memory()
+        in_use = psutil.Process().memory_info().rss  # as Dask's monitor measures it
         if in_use + JOINING_GROWTH >= pause * limit:
             raise ConfigurationError(
                 f"memory_limit={memory.size(limit)} is too small for a worker: the worker "
@@ -283,15 +289,23 @@ def startup_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
-def declared_resources(nthreads: int, memory_limit: str | int | None, gpus: int,
+def parse_memory_limit(memory_limit: str | float | None, nthreads: int) -> int | None:
+    """A worker's memory limit in bytes, as Dask parses it for a worker of
+    ``nthreads`` threads ("4GiB", "auto", a fraction of the host's memory, bytes;
+    at most the host's memory); None (or 0) for none."""
+    from distributed.worker_memory import parse_memory_limit as dasks_parse
+
+    return dasks_parse(memory_limit or None, nthreads, logger=logger)
+
+
+def declared_resources(nthreads: int, memory_limit: str | float | None, gpus: int,
                        workers_on_host: int = 1) -> dict[str, float]:
     """What a worker tells the scheduler it has, for calls that state needs
     (``_support/needs.py``): its threads, its own GPUs, its memory limit (without
     one, its share of the host's memory)."""
     from distributed.system import MEMORY_LIMIT
-    from distributed.worker_memory import parse_memory_limit
 
-    limit = parse_memory_limit(memory_limit or None, nthreads, logger=logger)
+    limit = parse_memory_limit(memory_limit, nthreads)
     memory = limit or MEMORY_LIMIT // max(workers_on_host, 1)
     return {CORES: float(nthreads), GPUS: float(gpus), MEMORY: float(memory)}
 

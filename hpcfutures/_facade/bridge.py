@@ -103,6 +103,7 @@ class TaskBridge:
         #: MPI tasks, with ranks reserved for each group (mpicalls.py).
         self.mpi_calls = MPICalls(client, self)
         self.batcher.open(self.submits)
+        self.key_prefix = self.sender.key_prefix
         self.result_arrived = self.completions.arrived
         self.ends_heard = self.completions.ends_heard
         #: A group's first outcomes, ahead of its end (its stream sets and drops its own).

@@ -79,6 +79,9 @@ class ClientBridge(Protocol):
         """Dask announced the cluster's size (workers joined or left; ``left``: the
         addresses of those that left)."""
 
+    #: How the keys of the tasks it sends start (their small results' topic).
+    key_prefix: str
+
     def result_arrived(self, key: Any, payload: bytes) -> None:
         """A task's small result, sent ahead of its end (loop thread)."""
 
@@ -161,7 +164,8 @@ class ClientSide:
         threads = self.loop.run_sync(_dask.total_threads(self.client), self.settings.timeout)
         self.bridge = self.make_bridge(self.loop, self.client, address, threads)
         self.bridge.patience = self.patience
-        _dask.expect_express_results(self.client, self.bridge.result_arrived)
+        _dask.expect_express_results(self.client, self.bridge.key_prefix,
+                                     self.bridge.result_arrived)
         self.loop.run_sync(_dask.follow_cluster(self.client, self.bridge.cluster_changed),
                            self.settings.timeout)
         if self.settings.initializer is not None:

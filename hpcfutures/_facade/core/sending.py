@@ -79,13 +79,15 @@ class Sender:
     def __init__(self, client: Any, engine: Engine) -> None:
         self._client = client
         self._engine = engine
-        self._prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
+        #: Every task key starts so; small results come on its express topic
+        #: (``_dask/express.py``).
+        self.key_prefix = f"hpcf-{uuid.uuid4().hex[:8]}-"
         self._counter = itertools.count()
         #: Annotate tasks with their call counts (only for the end-of-run summary).
         self.count_calls = False
 
     def _key(self, name: str) -> str:
-        return f"{self._prefix}{name}-{next(self._counter)}"
+        return f"{self.key_prefix}{name}-{next(self._counter)}"
 
     def _counted(self, calls: int) -> contextlib.AbstractContextManager:
         """Annotate the tasks made inside with ``calls`` (summary on).
