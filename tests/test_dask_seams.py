@@ -1231,21 +1231,29 @@ def test_a_small_launch_steals_often_and_a_worker_reports_a_long_call_at_once():
 
 
 def test_without_retries_the_scheduler_keeps_no_queue():
-    """Scheduler.WORKER_SATURATION = inf (set by SchedulerService without retries):
-    results lost with a worker are computed again at once, not held in Dask's queue
-    until some other task ends."""
+    """``distributed.scheduler.worker-saturation: inf``, Dask's public setting, given
+    while SchedulerService makes its scheduler (tuning.without_a_queue), also over a
+    user's own value, which stays theirs outside: results lost with a worker are
+    computed again at once, not held in Dask's queue until some other task ends."""
+    from hpcfutures._dask import tuning
+
     async def scenario() -> None:
-        async with live(workers=2) as cluster:
-            scheduler = cluster.scheduler
-            with seam("Scheduler.WORKER_SATURATION"):
-                assert math.isinf(scheduler.WORKER_SATURATION)
-            futures = cluster.client.map(nap, [0.01] * 12, pure=False)
-            assert await cluster.client.gather(futures) == [0.01] * 12
-            assert not scheduler.queued, "Dask queued tasks despite WORKER_SATURATION=inf"
-            holder = next(ws for ws in scheduler.workers.values() if ws.has_what)
-            await scheduler.remove_worker(holder.address, stimulus_id="seam-test-lost")
-            again = await asyncio.wait_for(cluster.client.gather(futures), 10)
-            assert again == [0.01] * 12
+        with dask.config.set({tuning.SATURATION_KEY: 1.1}):
+            async with live(workers=2) as cluster:
+                assert dask.config.get(tuning.SATURATION_KEY) == 1.1
+                await without_a_queue(cluster)
+
+    async def without_a_queue(cluster: Any) -> None:
+        scheduler = cluster.scheduler
+        with seam("Scheduler reading distributed.scheduler.worker-saturation as it starts"):
+            assert math.isinf(scheduler.WORKER_SATURATION)
+        futures = cluster.client.map(nap, [0.01] * 12, pure=False)
+        assert await cluster.client.gather(futures) == [0.01] * 12
+        assert not scheduler.queued, "Dask queued tasks despite WORKER_SATURATION=inf"
+        holder = next(ws for ws in scheduler.workers.values() if ws.has_what)
+        await scheduler.remove_worker(holder.address, stimulus_id="seam-test-lost")
+        again = await asyncio.wait_for(cluster.client.gather(futures), 10)
+        assert again == [0.01] * 12
 
     run(scenario())
 

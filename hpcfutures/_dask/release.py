@@ -15,7 +15,7 @@ exits 0, so its array element ends COMPLETED.
 
 The rule reads the scheduler's own state directly (``unrunnable``, each
 ``WorkerState``'s ``processing`` and ``status``; hpcfutures' scheduler keeps no
-queue: ``WORKER_SATURATION`` is infinite, see scheduler.py), with
+queue: its worker saturation is infinite, see tuning.without_a_queue), with
 no fallback: were Dask to rename one, the check fails (and no worker is
 released) instead of reading "nothing waits" and retiring workers while work
 waits.  ``tests/test_dask_seams.py`` pins each name against a real scheduler.

@@ -247,14 +247,9 @@ class SchedulerService:
             # A taken dashboard port is replaced by a free one; the client's
             # dashboard line gives the port in use, so Dask's warning is noise.
             warnings.filterwarnings("ignore", message="Port .* is already in use")
-            with tuning.stealing_often(self.coordinator.expected_workers):
+            with tuning.stealing_often(self.coordinator.expected_workers), \
+                    tuning.without_a_queue():
                 scheduler = _Scheduler(**self._options, extensions=extensions_without_spans())
-        # No queue on the scheduler: the client's batching engine already sends no more
-        # than the workers can take.  Dask's queue also holds the finished results a
-        # dead worker took with it, to compute them again, and looks at it only when a
-        # task ends or a worker joins: when the client waits for just those results,
-        # nothing ends, and they would wait until the next worker died.
-        scheduler.WORKER_SATURATION = math.inf
         self._scheduler = await scheduler
         return self
 

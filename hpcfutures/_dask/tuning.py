@@ -90,6 +90,23 @@ def stealing_often(expected_workers: int | None) -> contextlib.AbstractContextMa
     return dask.config.set({STEALING_KEY: STEALING_INTERVAL})
 
 
+#: Dask's queue of tasks kept on the scheduler: off ("inf") on hpcfutures' scheduler.
+SATURATION_KEY = "distributed.scheduler.worker-saturation"
+
+
+def without_a_queue() -> contextlib.AbstractContextManager[Any]:
+    """Dask's configuration for a scheduler made inside: no queue on the scheduler,
+    whatever the user set (Dask reads the key when the scheduler is made).
+
+    The client's batching engine already sends no more than the workers can take.
+    Dask's queue also holds the finished results a dead worker took with it, to
+    compute them again, and looks at it only when a task ends or a worker joins:
+    when the client waits for just those results, nothing ends, and they would
+    wait until the next worker died.
+    """
+    return dask.config.set({SATURATION_KEY: "inf"})
+
+
 def users_setting(key: str) -> bool:
     """Whether the user set ``key`` (see :func:`apply`)."""
     return dask.config.get(key, None) != _dask_default(key) or _named_in_environment(key)
