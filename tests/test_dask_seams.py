@@ -1004,18 +1004,27 @@ def test_a_gather_cancelled_before_its_turn_breaks_the_clients_later_gathers():
 
 
 def test_a_worker_tells_its_host_name_and_the_client_reads_it():
-    """Worker(startup_information=...) lands in the scheduler's WorkerState.extra, where
-    WorkerChanges reads the host that the client's roster names for a worker that left."""
+    """A worker describes itself on Dask's event channel as it joins (Worker.log_event;
+    the Coordinator hears it through SchedulerPlugin.log_event, with the worker's
+    address that Dask adds), and WorkerChanges passes its host name on to the client's
+    roster, which names a worker that left by it; until then the roster has Dask's
+    WorkerState.name and .host (an address)."""
     import socket
 
     async def scenario() -> None:
         async with live(workers=1) as cluster:
             (worker,) = cluster.workers
-            with seam("Worker(startup_information=) -> WorkerState.extra/.name, as the "
-                      "scheduler's WorkerChanges reads them"):
-                _next, changes = await _dask.worker_changes(cluster.client, 0)
-            assert changes == [("+", cluster.address_of(worker), _dask.WorkerPlace(
-                "rank-2", socket.gethostname()))], changes
+            address = cluster.address_of(worker)
+            changes: list[Any] = []
+            deadline = time.monotonic() + 5
+            while ("+", address, _dask.WorkerPlace("rank-2", socket.gethostname())) \
+                    not in changes and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+                with seam("WorkerState.name and .host, read by WorkerChanges as it joins"):
+                    _next, changes = await _dask.worker_changes(cluster.client, 0)
+            assert changes[0][:2] == ("+", address) and changes[0][2].name == "rank-2", changes
+            assert changes[-1] == ("+", address, _dask.WorkerPlace(
+                "rank-2", socket.gethostname())), changes
 
     run(scenario())
 
@@ -1131,10 +1140,10 @@ def test_a_worker_slow_to_make_its_scratch_directory_tells_the_scheduler_not_the
         monkeypatch, recwarn):
     """Dask warns in the worker when its scratch directory took over a second
     (distributed.core.warn_on_duration around WorkSpace); the worker tells the
-    scheduler instead, in its startup information (WorkerState.extra)."""
+    scheduler instead, in the event that describes it (Worker.log_event)."""
     import distributed.core
 
-    from hpcfutures._dask._common import SCRATCH_KEY
+    from hpcfutures._dask._common import WORKER_TOPIC
 
     real = distributed.core.WorkSpace
 
@@ -1146,9 +1155,11 @@ def test_a_worker_slow_to_make_its_scratch_directory_tells_the_scheduler_not_the
         async with live(workers=0) as cluster:
             monkeypatch.setattr(distributed.core, "WorkSpace", slow_workspace)
             await cluster.add_worker("rank-2")
-            (state,) = cluster.scheduler.workers.values()
-            said = state.extra.get(SCRATCH_KEY)
-            assert said and said["seconds"] >= 1.0, state.extra
+            await cluster.until(lambda: cluster.scheduler.get_events(WORKER_TOPIC),
+                                "the worker's description")
+            ((_, described),) = cluster.scheduler.get_events(WORKER_TOPIC)
+            said = described["scratch"]
+            assert said and said["seconds"] >= 1.0, described
             assert said["directory"].endswith("dask-scratch-space"), said
 
     run(scenario())

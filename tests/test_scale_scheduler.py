@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pace import scaled
 
-from hpcfutures._dask._common import CLUSTER_TOPIC, STARTUP_TOPIC
+from hpcfutures._dask._common import CLUSTER_TOPIC, STARTUP_TOPIC, WORKER_TOPIC
 from hpcfutures._dask.coordinator import Coordinator
 from hpcfutures._dask.deaths import Deaths
 from hpcfutures._support import waves
@@ -39,7 +39,6 @@ class FakeWorker:
     def __init__(self, address: str, name: str, nthreads: int = 1) -> None:
         self.address, self.name, self.nthreads = address, name, nthreads
         self.host = address.split("://")[-1].rsplit(":", 1)[0]
-        self.extra: dict[str, Any] = {}
         self.status = _Status.running
         self.processing: set[Any] = set()
 
@@ -93,11 +92,14 @@ class FakeScheduler:
         return [(m["workers"], m["threads"]) for t, m in self.events if t == CLUSTER_TOPIC]
 
     def join(self, coordinator: Coordinator, address: str, name: str, threads: int = 1,
-             extra: dict[str, Any] | None = None) -> None:
-        """As Dask's add_worker: listed first, then the plug-ins told."""
+             description: dict[str, Any] | None = None) -> None:
+        """As Dask's add_worker: listed first, then the plug-ins told; then, as the
+        worker's first message, the event that describes it (``description``)."""
         self.workers[address] = FakeWorker(address, name, threads)
-        self.workers[address].extra.update(extra or {})
         coordinator.add_worker(self, address)
+        if description is not None:
+            coordinator.log_event(WORKER_TOPIC, {"name": name, **description,
+                                                 "worker": address})
 
     def leave(self, coordinator: Coordinator, address: str, listed: bool = False) -> None:
         """As Dask's remove_worker: the plug-ins told after it is dropped (``listed``:
@@ -530,14 +532,13 @@ def test_workers_slow_to_create_their_scratch_directories_are_one_line_and_a_sum
         lines, short_waves):
     """150 workers starting on one node queue on their scratch directory's lock files;
     Dask warned in each of them.  They tell the scheduler instead, which folds them."""
-    from hpcfutures._dask._common import HOST_KEY, SCRATCH_KEY
 
     async def scenario() -> None:
         coordinator, scheduler = await started(expected_workers=60)
         for i in range(50):
-            slow = {SCRATCH_KEY: {"seconds": 1.5 + i / 10, "directory": "/tmp/dask-scratch-space"},
-                    HOST_KEY: "node1"} if i % 5 else {HOST_KEY: "node1"}
-            scheduler.join(coordinator, f"tls://b:{i}", f"rank-{i + 2}", extra=slow)
+            slow = {"scratch": {"seconds": 1.5 + i / 10, "directory": "/tmp/dask-scratch-space"},
+                    "host": "node1"} if i % 5 else {"host": "node1", "scratch": None}
+            scheduler.join(coordinator, f"tls://b:{i}", f"rank-{i + 2}", description=slow)
         await asyncio.sleep(short_waves * 2.5)
         said = lines.warnings()
         assert len(said) == 2, said

@@ -28,10 +28,10 @@ WORKER_CHANGES_OP = "hpcfutures_worker_changes"
 CLUSTER_SIZE_OP = "hpcfutures_cluster_size"
 #: Event topic on which the scheduler passes such a failure on to the client.
 STARTUP_TOPIC = "hpcfutures-startup"
-#: A worker's host name, in its startup information (the scheduler's identity of it).
-HOST_KEY = "hpcfutures_host"
-#: A worker's word that its scratch directory was slow to create (seconds, directory).
-SCRATCH_KEY = "hpcfutures_slow_scratch"
+#: Event topic on which a worker describes itself to the scheduler as it joins: its
+#: name, its host name and, when its scratch directory was slow to create, the seconds
+#: and the directory (``{"name", "host", "scratch"}``; Dask adds ``"worker"``).
+WORKER_TOPIC = "hpcfutures-worker"
 #: Where the dashboard listens when asked for without an address.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
 #: Exit status of the other ranks when the client failed or vanished.

@@ -20,7 +20,6 @@ from distributed import Client, Scheduler
 from ._common import (
     CLUSTER_SIZE_OP,
     CLUSTER_TOPIC,
-    HOST_KEY,
     RELEASED_OP,
     WORKER_CHANGES_OP,
     dashboard_cannot_stop,
@@ -129,8 +128,13 @@ class WorkerChanges:
         state = scheduler.workers.get(address)
         if state is None:
             return
-        host = state.extra.get(HOST_KEY) or state.host
+        host = state.host  # an address, until the worker names its host (described)
         self.events.append(("+", address, str(state.name), str(host) if host else None))
+
+    def described(self, address: str, name: str, host: str) -> None:
+        """The worker at ``address`` told its name and host name (after its join):
+        the client's roster takes the later word."""
+        self.events.append(("+", address, name, host))
 
     def left(self, address: str) -> None:
         self.events.append(("-", address, "", None))

@@ -25,12 +25,11 @@ from ._common import (
     CLUSTER_TOPIC,
     EXIT_FAILED,
     FINISH_OP,
-    HOST_KEY,
     RELEASED_OP,
-    SCRATCH_KEY,
     STARTUP_FAILED_OP,
     STARTUP_TOPIC,
     VERDICT_OP,
+    WORKER_TOPIC,
     _hurry,
 )
 from .cluster import WorkerChanges
@@ -212,21 +211,29 @@ class Coordinator(SchedulerPlugin):
         self.size.joined(scheduler, worker)
         self.worker_changes.joined(scheduler, worker)
         self.groups.worker_joined(worker)
-        self._tell_of_slow_scratch(scheduler, worker)
 
-    def _tell_of_slow_scratch(self, scheduler: Scheduler, worker: str) -> None:
+    def log_event(self, topic: str, msg: Any) -> None:
+        """An event logged on the scheduler: a worker describing itself as it joins
+        (``WORKER_TOPIC``, sent by ``_dask/worker.py``), the only one heard here."""
+        if topic != WORKER_TOPIC or not isinstance(msg, dict):
+            return
+        address, name, host = msg.get("worker"), msg.get("name"), msg.get("host")
+        if not isinstance(address, str) or not isinstance(name, str):
+            return
+        if isinstance(host, str) and host:
+            self.worker_changes.described(address, name, host)
+        said = msg.get("scratch")
+        if isinstance(said, dict):
+            self._tell_of_slow_scratch(name, host if isinstance(host, str) else "", said)
+
+    def _tell_of_slow_scratch(self, name: str, host: str, said: dict[str, Any]) -> None:
         """A worker whose scratch directory took over a second to create (Dask warns of it
         in every such worker: dozens of lines when 150 start on one node): one line, and
         a summary line for a wave of them."""
-        state = scheduler.workers.get(worker)
-        extra = getattr(state, "extra", None) or {}
-        said = extra.get(SCRATCH_KEY)
-        if not isinstance(said, dict):
-            return
         where = str(said.get("directory"))
-        on = f" on {extra[HOST_KEY]}" if extra.get(HOST_KEY) else ""
+        on = f" on {host}" if host else ""
         self._scratch_log.add(
-            f"{getattr(state, 'name', worker)}{on} took {float(said.get('seconds', 0)):.1f} s "
+            f"{name}{on} took {float(said.get('seconds', 0)):.1f} s "
             f"to create its scratch directory in {where}",
             f"in {where}{on}")
 

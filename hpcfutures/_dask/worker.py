@@ -22,10 +22,9 @@ from .._support.needs import CORES, GPUS, MEMORY
 from . import tuning
 from ._common import (
     CLOSE_TIMEOUT,
-    HOST_KEY,
-    SCRATCH_KEY,
     VERDICT_CLOSE_TIMEOUT,
     VERDICT_OP,
+    WORKER_TOPIC,
     _hurry,
 )
 from .express import ExpressOutbox, bind_to_thread, running_task_key, send_express
@@ -57,10 +56,6 @@ class _Worker(Worker):
     def start_http_server(self, routes: Any, dashboard_address: Any, default_port: int = 0,
                           ssl_options: Any = None) -> None:
         return
-
-
-def _hostname(worker: Worker) -> str:
-    return socket.gethostname()
 
 
 #: Dask's warning when a worker's scratch directory took over a second to create.
@@ -129,18 +124,20 @@ class WorkerService:
                                                 workers_on_host),
                            **(resources or {})},
                 validate=False,
-                # The scheduler lists it with the worker (its identity), for the client's
-                # word on a worker that left: a host name, where Dask has only an address.
-                startup_information={HOST_KEY: _hostname},
                 plugins=(ExpressOutbox(),),
                 # Dask's worker extensions are its spans' alone: hpcfutures' scheduler
                 # keeps no spans (scheduler.py, extensions_without_spans).
                 extensions={},
             )
-        if slow_scratch:  # told to the scheduler, which folds a node's worth into a line
-            said = {"seconds": slow_scratch[0],
-                    "directory": os.path.dirname(self._worker.local_directory)}
-            self._worker.startup_information[SCRATCH_KEY] = lambda worker: said
+        #: What the worker tells the scheduler of itself once it has joined: its host
+        #: name, for the client's word on a worker that left (Dask has only an
+        #: address), and a slow scratch directory, which the scheduler folds into a
+        #: line for a node's worth of workers.
+        self._description: dict[str, Any] = {
+            "name": name, "host": socket.gethostname(),
+            "scratch": {"seconds": slow_scratch[0],
+                        "directory": os.path.dirname(self._worker.local_directory)}
+            if slow_scratch else None}
         self._worker.stream_handlers[VERDICT_OP] = self._record_verdict
         self._worker.stream_handlers["close"] = self.close
         self._worker.handlers["close"] = self.close
@@ -155,6 +152,7 @@ class WorkerService:
         self._refuse_a_limit_it_already_crosses()
         await self._worker
         _hurry(self._worker.batched_stream)
+        self._worker.log_event(WORKER_TOPIC, self._description)
         express.set_sender(send_express, bind_to_thread)
         memory.enforce(self.memory_limit)
         if self._watched:
