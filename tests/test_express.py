@@ -36,9 +36,12 @@ def test_a_value_that_cannot_be_pickled_raises():
 
 
 def test_a_small_result_goes_to_the_topic_of_the_client_that_named_its_task():
-    assert express_topic("hpcf-0123abcd-f-7") == "hpcfutures-express-0123abcd"
+    assert express_topic("hpcf-0123abcd-f-7") == "hpcfutures-express-0"
     assert express_topic("hpcf-0123abcd-bundle-1") == express_topic("hpcf-0123abcd-x")
     assert express_topic("hpcf-fedcba98-f-7") != express_topic("hpcf-0123abcd-f-7")
+    # One of 16 topics, however many clients: Dask keeps each topic's last 1,000 events.
+    assert {express_topic(f"hpcf-{digit}0000000-f-1") for digit in "0123456789abcdef"} == {
+        f"hpcfutures-express-{digit}" for digit in "0123456789abcdef"}
     for foreign in ("inc-0123abcd", ("hpcf-0123abcd-f", 0), "hpcf-"):
         assert express_topic(foreign) is None  # a task of Dask's own: fetched as Dask does
 

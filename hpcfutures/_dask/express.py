@@ -15,7 +15,7 @@ behind a busy worker's call for want of that news).  The outcomes a group sends
 while it runs travel the same way, at once.  The scheduler never unpickles a
 result; Dask keeps the last events of each topic
 (``distributed.admin.low-level-log-length``, 1,000 by default, each at most
-``EXPRESS_BYTES``).
+``EXPRESS_BYTES``), and there are 16 topics (:func:`express_topic`).
 """
 
 from __future__ import annotations
@@ -29,15 +29,21 @@ from distributed.diagnostics.plugin import WorkerPlugin
 __all__ = ["ExpressOutbox", "bind_to_thread", "expect_express_results", "express_topic",
            "running_task_key", "send_express"]
 
-#: The events that carry small results start so; the rest names the client's keys.
+#: The events that carry small results: topics named so, then one hex digit.
 TOPIC_PREFIX = "hpcfutures-express-"
 
 
 def express_topic(key: Any) -> str | None:
-    """The event topic of the client that named ``key``: its keys start with
-    ``hpcf-<8 hex digits>-`` (``_facade/core/sending.py``); None for another key."""
+    """The event topic of the client that named ``key``; None for a key of another.
+
+    A client's keys start with ``hpcf-<8 hex digits>-`` (``_facade/core/sending.py``),
+    and its topic is named by the first of those digits: one of 16.  Dask keeps the
+    last 1,000 events of every topic for as long as the scheduler runs, so 16 topics
+    bound what the scheduler holds however many clients come and go (a serving
+    launch); clients that share a topic each drop the other's results unread.
+    """
     if isinstance(key, str) and key.startswith("hpcf-") and len(key) > 14:
-        return TOPIC_PREFIX + key[5:13]
+        return TOPIC_PREFIX + key[5]
     return None
 
 
