@@ -24,6 +24,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -113,13 +114,38 @@ def _left_over(handler: object) -> bool:
 #: Seconds after a drop before the signal is delivered again: time for the main
 #: thread to leave the code that dropped it (a collection takes milliseconds).
 AGAIN_AFTER = 0.01
+#: Seconds the delivery waits at most for the main thread to leave the hook.
+HOOK_LEFT_WITHIN = 5.0
 
 
-def _deliver_again(signum: int) -> None:
-    """Make the main thread handle ``signum`` again, shortly, wherever it is then."""
-    timer = threading.Timer(AGAIN_AFTER, _thread.interrupt_main, (signum,))
-    timer.daemon = True
-    timer.start()
+def _deliver_again(signum: signal.Signals) -> None:
+    """Make the main thread handle ``signum`` again, shortly, wherever it is then,
+    but never while it is still in the hook that reported the drop: the hook waits
+    for the delivering thread to start, and on a loaded machine that thread can run
+    its whole delay first; delivered then, the signal would be dropped again."""
+    main = threading.main_thread().ident
+
+    def deliver() -> None:
+        time.sleep(AGAIN_AFTER)
+        deadline = time.monotonic() + HOOK_LEFT_WITHIN
+        while _in_the_hook(main) and time.monotonic() < deadline:
+            time.sleep(max(AGAIN_AFTER, 0.001))
+        _thread.interrupt_main(signum)
+
+    threading.Thread(target=deliver, name="hpcfutures-signal-again", daemon=True).start()
+
+
+def _in_the_hook(thread_id: int | None) -> bool:
+    """Whether the thread ``thread_id`` runs StopSignals' unraisable hook now.
+
+    ``sys._current_frames`` is CPython's documented way to look at another
+    thread's stack (the underscore marks it as meant for tools such as this)."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    while frame is not None:
+        if frame.f_code is StopSignals._on_unraisable.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager
