@@ -74,11 +74,22 @@ def test_wait_as_completed_and_many_waiters_on_one_future():
     for thread in threads:
         thread.join(5)
     assert results == ["first"] * 3
+    # as_completed yields what is already done first, then the rest in the order they
+    # finish. Each settling waits for the previous yield: timers racing one another
+    # once finished futures[2] before as_completed started, and two done futures come
+    # out of its set in no fixed order (a CI failure).
+    completing = cf.as_completed(futures, timeout=5)
+    order = [next(completing)]
     later(0.02, futures[2].set_exception, ValueError("x"))
-    later(0.04, futures[1].set_result, 1)
-    later(0.06, futures[3].set_result, 3)
-    order = list(cf.as_completed(futures, timeout=5))
-    assert order[0] is futures[0] and set(order) == set(futures)
+    order.append(next(completing))
+
+    def settle_two_in_order():
+        futures[1].set_result(1)
+        futures[3].set_result(3)
+
+    later(0.02, settle_two_in_order)
+    order.extend(completing)
+    assert order == [futures[0], futures[2], futures[1], futures[3]]
     assert futures[3].result() == 3 and isinstance(futures[2].exception(), ValueError)
 
 
