@@ -120,6 +120,21 @@ def test_a_call_on_a_running_call_waits_for_it_and_on_a_failed_one_fails_with_it
     assert type(error) is ValueError and str(error) == "boom 4"
 
 
+def test_a_call_on_a_call_that_could_not_be_sent_fails_with_that_calls_error():
+    """Its argument's error, naming the function that cannot be pickled: not one saying
+    the dependent itself could not be sent (it could)."""
+    lock = threading.Lock()
+    with hpcfutures.Executor(2) as ex:
+        workers_joined(ex, 2)
+        unsendable = ex.submit(lambda: lock)
+        own = unsendable.exception()
+        error = ex.submit(add, unsendable, 1).exception()
+        assert ex.submit(add, 1, 1).result() == 2
+    assert isinstance(own, hpcfutures.SerializationError), own
+    assert type(error) is type(own) and str(error) == str(own), (error, own)
+    assert "'add'" not in str(error), error
+
+
 def test_a_chain_on_a_running_call_waits_link_by_link():
     """Each link is sent while the one before it still runs, and waits for it on the
     cluster."""

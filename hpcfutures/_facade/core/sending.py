@@ -289,20 +289,27 @@ class Sender:
         if call.bundle is not None:
             bundle, index = call.bundle
             if bundle._call.dask is None and future.done():
-                # Its bundle's task is gone for good (sending it again failed): nothing
-                # on the cluster holds the value, which travels with its dependent.
-                if future.exception() is not None:
-                    raise _ArgumentFailed(future.exception())  # type: ignore[arg-type]
-                return _Value(future.result())
+                # Its bundle's task is gone for good (sending it again failed).
+                return _done_value(future)
             with self._counted(0):  # picks a value, runs no call
                 call.sent(self._client.submit(pick, bundle._call.dask, index,
                                               key=self._key("pick"), pure=False))
             return call.dask
         if future.done():
-            # Done with no task of its own: cut loose from a lost one (its value), or
-            # failed before it was sent (raises its error).
-            return _Value(future.result())
+            # Done with no task of its own: cut loose from a lost one, or failed
+            # before it was sent.
+            return _done_value(future)
         raise _NotSentYet
+
+
+def _done_value(future: cf.Future) -> _Value:
+    """A done argument that no task on the cluster holds: its value travels with its
+    dependent; its error (an unpicklable function, say) becomes the dependent's own,
+    as Dask fails a task whose dependency failed."""
+    error = future.exception()
+    if error is not None:
+        raise _ArgumentFailed(error)
+    return _Value(future.result())
 
 
 def _resources_of(fn: Any) -> dict[str, float] | None:
