@@ -31,6 +31,8 @@ from helpers import (
 )
 from pace import scaled
 
+from hpcfutures.launchers.mpi import FAILURE_GRACE
+
 
 # ------------------------------------------------------------- 1. nothing over HTTP
 @pytest.mark.timeout(150)
@@ -79,7 +81,7 @@ def test_a_task_may_use_a_multiprocessing_pool(launcher, launches):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("launcher", ["run", "mpiexec"], indirect=True)
+@pytest.mark.parametrize("launcher", ["run", "srun", "mpiexec"], indirect=True)
 def test_a_process_a_call_left_running_ends_with_its_worker(launcher, launches):
     """Under mpiexec a forgotten process holds the job's output pipes and the
     launcher never returned; under hpcfutures run it outlived the launch."""
@@ -306,3 +308,23 @@ def test_when_no_worker_can_start_everyone_learns_why_within_seconds(launcher, s
     if launcher != "mpiexec":  # there the failing rank's MPI_Abort may end the client first
         assert "LauncherError: no worker could start, so the launch ends:" in errors, launch
     assert took < scaled(20), f"{took:.1f} s (the start-up timeout is 60 s)\n{launch}"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("launcher", ["run", "srun", "mpiexec"], indirect=True)
+def test_a_rank_that_cannot_start_leaves_even_when_the_script_catches_errors(launcher,
+                                                                            launches):
+    """The script catches every error around its ``with`` block and goes on: only the
+    client runs the code after it; the worker ranks that failed to start leave (they
+    raised into the script, and ran that code too)."""
+    launch = launches(launcher, 4, "caught_start_job.py", env={"HPCFUTURES_TIMEOUT": "60"})
+    launch.finish(60)
+    took = time.monotonic() - launch.started
+    after = [line for line in launch.out.rest().splitlines() if "AFTER THE BLOCK" in line]
+    assert len(after) == 1 and "LauncherError" in after[0], launch
+    assert "rank 2" not in after[0] and "rank 3" not in after[0], launch
+    assert "(worker) failed" in launch.err.rest(), launch
+    # Under MPI the client that caught its error finalizes at exit, outside the barrier
+    # where the other ranks wait for it: they abort the job after FAILURE_GRACE (30 s).
+    limit = scaled(20) + (FAILURE_GRACE if launcher == "mpiexec" else 0)
+    assert took < limit, f"{took:.1f} s (the start-up timeout is 60 s)\n{launch}"

@@ -83,6 +83,16 @@ class Session:
                 status = 128 + signal.SIGINT
             except SystemExit as stopped:  # SIGTERM before the rank's own handlers
                 status = stopped.code if isinstance(stopped.code, int) else 1
+            except Exception:
+                if not self.settings.exit_when_done:
+                    raise  # the caller asked to get this rank back: it gets the error
+                # This rank cannot play its role (a worker setting its host rejects,
+                # say).  It says why and leaves as its launcher's ranks leave: raised
+                # into the script, the error could be caught there, and this rank
+                # would run the client's code after the `with` block.
+                logger.exception("rank %d (%s) failed", plan.identity.rank,
+                                 plan.role.value)
+                status = 1
             self._leave(plan, status)
             return None
         if plan.role is Role.CLIENT:
