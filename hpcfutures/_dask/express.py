@@ -147,7 +147,7 @@ def expect_express_results(client: Client, key_prefix: str,
                            received: Callable[[Any, bytes], None]) -> None:
     """Call ``received(key, payload)`` on the client's loop for each small result of
     a task whose key starts with ``key_prefix`` (the client's own)."""
-    topic = express_topic(key_prefix + "x")
+    topic = express_topic(key_prefix + "x")  # the topic of any key the prefix begins
     if topic is None:
         raise ValueError(f"{key_prefix!r} is not a prefix of hpcfutures' task keys")
 

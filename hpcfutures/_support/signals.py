@@ -129,7 +129,7 @@ def _deliver_again(signum: signal.Signals) -> None:
         time.sleep(AGAIN_AFTER)
         deadline = time.monotonic() + HOOK_LEFT_WITHIN
         while _in_the_hook(main) and time.monotonic() < deadline:
-            time.sleep(max(AGAIN_AFTER, 0.001))
+            time.sleep(max(AGAIN_AFTER, 0.001))  # a test sets no delay: never spin
         _thread.interrupt_main(signum)
 
     threading.Thread(target=deliver, name="hpcfutures-signal-again", daemon=True).start()
